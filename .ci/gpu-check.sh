@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Build, test and measure on a machine with a GPU, in one go (used with the lent H100).
+# Usage: bash .ci/gpu-check.sh [build-dir]   Logs go to $OUT (or ./gpu-logs) when set.
+set -uo pipefail
+build=${1:-/tmp/fa-build}
+logs=${OUT:-$PWD/gpu-logs}
+mkdir -p "$logs"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$logs/device.txt"
+# The machine's own Catch2 if it has one, else the Debian package unpacked in .deps/.
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$logs/configure.log" 2>&1 ||
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps/catch2/usr" \
+    > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
+grep -E "Catch2|CUDA" "$logs/configure.log"
+cmake --build "$build" > "$logs/build.log" 2>&1 || { grep -E "error" -A5 "$logs/build.log" | head -60; exit 1; }
+ctest --test-dir "$build" --output-on-failure > "$logs/ctest.log" 2>&1
+tail -15 "$logs/ctest.log"
+bin="$build/bin"
+{
+  for s in $(ls "$bin" | grep -E '^stage[0-9]+_[a-z0-9_]+$' | grep -v '_cpu$' | sort); do
+    "$bin/$s"
+  done
+} 2>&1 | tee "$logs/demos.txt"

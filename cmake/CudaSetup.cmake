@@ -1,0 +1,46 @@
+# Finds nvcc if there is one and picks the CUDA architectures.
+#
+# Architectures: whatever -DCMAKE_CUDA_ARCHITECTURES says; otherwise the GPUs that
+# nvidia-smi reports; otherwise 90 (Hopper, the H100). Configuring never fails because
+# the machine has no GPU: detection only reads nvidia-smi, it does not need a device.
+include(CheckLanguage)
+set(FA_HAVE_CUDA OFF)
+set(FA_CUDA_ARCH_NOTE "")
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  if("$ENV{FA_REQUIRE_CUDA}" STREQUAL "ON")
+    message(FATAL_ERROR "FA_REQUIRE_CUDA=ON but no CUDA compiler (nvcc) was found")
+  endif()
+  message(STATUS "No CUDA compiler found: GPU targets are not built")
+  return()
+endif()
+
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+  set(_archs "")
+  find_program(FA_NVIDIA_SMI nvidia-smi)
+  if(FA_NVIDIA_SMI)
+    execute_process(COMMAND ${FA_NVIDIA_SMI} --query-gpu=compute_cap --format=csv,noheader
+                    RESULT_VARIABLE _rc OUTPUT_VARIABLE _caps ERROR_QUIET TIMEOUT 20)
+    if(_rc EQUAL 0)
+      string(REGEX MATCHALL "[0-9]+\\.[0-9]+" _caps "${_caps}")
+      foreach(_cap IN LISTS _caps)
+        string(REPLACE "." "" _arch "${_cap}")
+        list(APPEND _archs ${_arch})
+      endforeach()
+      list(REMOVE_DUPLICATES _archs)
+    endif()
+  endif()
+  if(_archs)
+    set(FA_CUDA_ARCH_NOTE ", architectures ${_archs} (the GPUs present)")
+  else()
+    set(_archs 90)
+    set(FA_CUDA_ARCH_NOTE ", architectures 90 (no GPU found; pass -DCMAKE_CUDA_ARCHITECTURES=... for others)")
+  endif()
+  set(CMAKE_CUDA_ARCHITECTURES ${_archs} CACHE STRING "CUDA architectures to build for")
+else()
+  set(FA_CUDA_ARCH_NOTE ", architectures ${CMAKE_CUDA_ARCHITECTURES}")
+endif()
+
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+set(FA_HAVE_CUDA ON)

@@ -1,0 +1,29 @@
+# fa_add_stage(<id> KERNELS <file.cu>... DEMO <demo.cpp> [TESTS <test.cpp>...])
+#
+# Adds one stage, e.g. fa_add_stage(01_naive KERNELS naive_attention.cu DEMO demo.cpp
+# TESTS ${PROJECT_SOURCE_DIR}/tests/test_stage01_naive.cpp), which makes
+#   fa_stage01_naive_cuda   library: the stage's kernels and host launchers
+#   stage01_naive           the demo executable
+#   test_stage01_naive_cuda the stage's Catch2 tests, registered with CTest
+#                           (skipped, not passed, when no GPU is present)
+define_property(GLOBAL PROPERTY FA_STAGES BRIEF_DOCS "stage ids in order" FULL_DOCS "for the tour")
+
+function(fa_add_stage id)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEMO" "KERNELS;TESTS")
+  set_property(GLOBAL APPEND PROPERTY FA_STAGES ${id})
+  if(NOT FA_HAVE_CUDA)
+    return()
+  endif()
+  set(lib fa_stage${id}_cuda)
+  add_library(${lib} STATIC ${ARG_KERNELS})
+  target_link_libraries(${lib} PUBLIC fa_runtime_cuda)
+  target_compile_options(${lib} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xcompiler=-Wall>)
+
+  add_executable(stage${id} ${ARG_DEMO})
+  target_link_libraries(stage${id} PRIVATE ${lib})
+
+  if(FA_BUILD_TESTS AND ARG_TESTS)
+    fa_add_catch_test(test_stage${id}_cuda BACKEND cuda SOURCES ${ARG_TESTS} LIBS ${lib})
+  endif()
+endfunction()

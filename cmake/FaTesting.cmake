@@ -1,0 +1,34 @@
+# Test helpers: Catch2 2.x (Debian 12) or 3.x, one CTest entry per test binary.
+find_package(Catch2 REQUIRED)
+# Catch2::Catch2 is the header-only library in 2.x and the compiled one (without a
+# main) in 3.x; tests/test_main.cpp provides main() for both.
+set(FA_CATCH_TARGET Catch2::Catch2)
+message(STATUS "Catch2 ${Catch2_VERSION} (${Catch2_DIR})")
+
+# fa_add_catch_test(<name> BACKEND none|cuda|cpu SOURCES ... LIBS ...)
+# A `cuda` test binary exits with 77 when no GPU is present; CTest shows it as skipped.
+function(fa_add_catch_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "BACKEND" "SOURCES;LIBS")
+  add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} ${FA_CATCH_TARGET})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(${name} PRIVATE FA_CATCH2_MAJOR=${Catch2_VERSION_MAJOR})
+  if(NOT ARG_BACKEND STREQUAL "none")
+    target_compile_definitions(${name} PRIVATE FA_TEST_NEEDS_DEVICE=1)
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1800
+                                          LABELS "${ARG_BACKEND}")
+endfunction()
+
+# fa_add_cli_test(<name> EXIT <code> OUTPUT <regex> COMMAND <exe> <args>...)
+# Runs a program and requires its exit code and a match in its stdout+stderr.
+# Skipped where the program reports that no GPU is available.
+function(fa_add_cli_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "EXIT;OUTPUT" "COMMAND")
+  add_test(NAME ${name}
+           COMMAND ${CMAKE_COMMAND} -DEXPECT_EXIT=${ARG_EXIT} -DEXPECT_OUTPUT=${ARG_OUTPUT}
+                   -P ${PROJECT_SOURCE_DIR}/cmake/expect.cmake -- ${ARG_COMMAND})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 600 LABELS cli
+                       SKIP_REGULAR_EXPRESSION "no CUDA GPU is available")
+endfunction()

@@ -1,0 +1,142 @@
+#include "common/demo.h"
+
+#include <cuda_runtime.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "common/cuda_check.h"
+#include "common/device.h"
+#include "common/device_buffer.h"
+#include "common/errors.h"
+#include "common/npy.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "common/report.h"
+#include "common/timer.h"
+#include "common/verify.h"
+
+namespace fa {
+
+namespace {
+
+// Q, K, V from DIR/q.npy, k.npy, v.npy; the shape comes from the files.
+AttentionInputs load_inputs(const std::string& dir, const DemoOptions& o, AttentionProblem* p) {
+  NpyArray q = load_npy(dir + "/q.npy"), k = load_npy(dir + "/k.npy"), v = load_npy(dir + "/v.npy");
+  const auto need4 = [](const NpyArray& a, const char* name) {
+    if (a.shape.size() != 4) {
+      throw InputError(std::string(name) + ".npy must have shape [B, H, N, d], got " +
+                       std::to_string(a.shape.size()) + " dimensions");
+    }
+  };
+  need4(q, "q");
+  need4(k, "k");
+  need4(v, "v");
+  if (k.shape != v.shape) throw InputError("k.npy and v.npy must have the same shape");
+  if (q.shape[0] != k.shape[0] || q.shape[1] != k.shape[1] || q.shape[3] != k.shape[3]) {
+    throw InputError("q.npy and k.npy must agree on B, H and d");
+  }
+  *p = make_problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], o.scale, o.causal);
+  return AttentionInputs{std::move(q.data), std::move(k.data), std::move(v.data)};
+}
+
+void save_tensors(const std::string& dir, const AttentionProblem& p, const AttentionInputs& in,
+                  const std::vector<float>& out) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw InputError(dir + ": cannot create directory (" + ec.message() + ")");
+  const std::vector<int64_t> qs = {p.batch, p.heads, p.seq_q, p.dim};
+  const std::vector<int64_t> ks = {p.batch, p.heads, p.seq_kv, p.dim};
+  save_npy(dir + "/q.npy", qs, in.q.data());
+  save_npy(dir + "/k.npy", ks, in.k.data());
+  save_npy(dir + "/v.npy", ks, in.v.data());
+  save_npy(dir + "/o.npy", qs, out.data());
+}
+
+int run(int argc, const char* const* argv, const StageDemo& stage) {
+  DemoOptions opt = default_demo_options(is_cpu_backend());
+  ArgParser parser(argv[0], "Stage " + stage.id + ": " + stage.title +
+                                ".\nRuns the stage on random (or loaded) inputs, checks it against "
+                                "a float64 CPU reference and reports its median time.");
+  add_demo_options(parser, opt);
+  if (stage.add_options) stage.add_options(parser);
+  if (!parser.parse(argc, argv)) return kExitPassed;  // --help
+
+  // Validate what the command line says before touching the device.
+  AttentionProblem p;
+  AttentionInputs in;
+  if (!opt.load_dir.empty()) {
+    for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
+      if (parser.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
+    }
+  } else {
+    p = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal);
+  }
+  if (opt.causal && !stage.supports_causal) {
+    throw InputError("stage " + stage.id + " does not support --causal yet");
+  }
+  const DeviceInfo device = require_device();
+  if (!opt.load_dir.empty()) in = load_inputs(opt.load_dir, opt, &p);
+
+  // Everything is sized before anything is allocated, so a shape that cannot fit
+  // fails with a clear message instead of a failed cudaMalloc halfway through.
+  const std::size_t workspace = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
+  require_fits(device, p.qkvo_bytes() + workspace,
+               "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
+                   format_bytes(static_cast<double>(workspace)));
+
+  RunReport report;
+  report.stage = stage.id;
+  report.title = stage.title;
+  report.device = device;
+  report.problem = p;
+  report.workspace_bytes = workspace;
+  if (stage.notes) report.notes = stage.notes(p);
+
+  if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(static_cast<std::size_t>(p.q_elems()));
+  DeviceBuffer<unsigned char> ws(workspace);
+  const DeviceTensors t{q.data(), k.data(), v.data(), o.data()};
+  const auto forward = [&] { stage.run(p, t, ws.data()); };
+
+  // One checked run on a poisoned output: an element never written stays NaN and fails.
+  o.fill_bytes(kPoisonByte);
+  forward();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> out = o.download();
+  if (opt.check) {
+    report.checked = true;
+    report.check = check_attention(p, in, out, sample_rows(p, opt.check_rows));
+  }
+  if (!opt.save_dir.empty()) save_tensors(opt.save_dir, p, in, out);
+
+  const Timing timing = time_device(forward, static_cast<int>(opt.warmup), static_cast<int>(opt.repeats));
+  report.median_ms = timing.median_ms();
+  report.warmup = opt.warmup;
+  report.repeats = opt.repeats;
+
+  if (opt.json) {
+    print_report_json(std::cout, report);
+  } else if (opt.brief) {
+    std::cout << summary_line(report) << "\n";
+  } else {
+    print_report(std::cout, report);
+  }
+  return report.passed() ? kExitPassed : kExitCheckFailed;
+}
+
+}  // namespace
+
+int run_stage_demo(int argc, const char* const* argv, const StageDemo& stage) {
+  try {
+    return run(argc, argv, stage);
+  } catch (const Error& e) {
+    std::cerr << argv[0] << ": error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << argv[0] << ": error: " << e.what() << "\n";
+    return kExitCudaError;
+  }
+}
+
+}  // namespace fa

@@ -1,0 +1,50 @@
+/**
+ * \file demo.h
+ * \brief The driver every stage's demo calls: command line, inputs, run, check,
+ *        timing and report, so a stage's demo only says what is special about it.
+ */
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/problem.h"
+
+namespace fa {
+
+/// Device pointers a stage reads and writes.
+struct DeviceTensors {
+  const float* q;  ///< [B, H, Nq, d]
+  const float* k;  ///< [B, H, Nkv, d]
+  const float* v;  ///< [B, H, Nkv, d]
+  float* o;        ///< [B, H, Nq, d], written by the stage
+};
+
+/// What a stage tells the driver about itself.
+struct StageDemo {
+  std::string id;     ///< "01_naive": the stage's folder name
+  std::string title;  ///< "naive three-kernel attention"
+  bool supports_causal = true;  ///< false: --causal is refused with a clear message
+  /// Device bytes the stage needs beyond Q, K, V, O (allocated by the driver, untimed).
+  std::function<std::size_t(const AttentionProblem&)> workspace_bytes;
+  /// Enqueues one forward pass. `workspace` has workspace_bytes(p) bytes.
+  std::function<void(const AttentionProblem&, const DeviceTensors&, void* workspace)> run;
+  /// Stage-specific report lines ("key", "value"), e.g. the size of the N×N buffer.
+  std::function<std::vector<std::pair<std::string, std::string>>(const AttentionProblem&)> notes;
+  /// Extra flags the stage adds to the shared command line (optional).
+  std::function<void(ArgParser&)> add_options;
+};
+
+/**
+ * Runs a stage's demo: parses the command line, builds random (or loaded) inputs,
+ * checks that everything fits before allocating, poisons O, runs once and checks the
+ * result against the float64 reference, times warm-up + repeats, prints the report.
+ * \returns the process exit code (fa::ExitCode); never throws.
+ */
+int run_stage_demo(int argc, const char* const* argv, const StageDemo& stage);
+
+}  // namespace fa

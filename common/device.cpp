@@ -1,0 +1,51 @@
+#include "common/device.h"
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "common/errors.h"
+#include "common/problem.h"
+
+#ifndef FA_CPU_BACKEND
+#define FA_CPU_BACKEND 0
+#endif
+
+namespace fa {
+
+bool is_cpu_backend() { return FA_CPU_BACKEND != 0; }
+
+DeviceInfo require_device() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky error
+    throw NoGpuError(std::string("no CUDA GPU is available (") +
+                     (err != cudaSuccess ? cudaGetErrorString(err) : "device count is 0") +
+                     "); run the _cpu twin of this program to use the CPU backend");
+  }
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  DeviceInfo info;
+  info.name = prop.name;
+  info.backend = is_cpu_backend() ? "cpu" : "cuda";
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  FA_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+void require_fits(const DeviceInfo& device, std::size_t bytes, const std::string& what) {
+  // Keep a margin for the CUDA context and allocator granularity.
+  const double usable = 0.95 * static_cast<double>(device.free_bytes);
+  if (static_cast<double>(bytes) > usable) {
+    throw ResourceError("this problem needs " + format_bytes(static_cast<double>(bytes)) + " (" +
+                        what + ") but " + device.name + " has only " +
+                        format_bytes(static_cast<double>(device.free_bytes)) +
+                        " free; choose a smaller shape");
+  }
+}
+
+}  // namespace fa

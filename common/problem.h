@@ -1,0 +1,67 @@
+/**
+ * \file problem.h
+ * \brief The attention problem every stage solves: its shape, scale and mask.
+ *
+ * O = softmax(scale · Q·Kᵀ [+ causal mask]) · V, batched over B·H heads.
+ * Q is [B, H, Nq, d]; K and V are [B, H, Nkv, d]; O is [B, H, Nq, d].
+ * All tensors are contiguous, row-major fp32.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fa {
+
+/// Head dimensions the project supports (every stage instantiates its kernels for these).
+inline const std::vector<int64_t>& supported_head_dims() {
+  static const std::vector<int64_t> dims = {16, 32, 64, 128};
+  return dims;
+}
+
+/// One attention problem. Build it with make_problem(), which validates it.
+struct AttentionProblem {
+  int64_t batch = 1;   ///< B
+  int64_t heads = 1;   ///< H
+  int64_t seq_q = 1;   ///< Nq, query rows per head
+  int64_t seq_kv = 1;  ///< Nkv, key/value rows per head
+  int64_t dim = 64;    ///< d, head dimension
+  float scale = 0.125f;  ///< multiplies Q·Kᵀ; 1/sqrt(d) unless chosen otherwise
+  /// Causal mask, aligned top-left: query i sees keys j <= i (PyTorch's is_causal=True).
+  bool causal = false;
+
+  int64_t batch_heads() const { return batch * heads; }           ///< B·H
+  int64_t q_elems() const { return batch_heads() * seq_q * dim; }  ///< elements of Q (and O)
+  int64_t kv_elems() const { return batch_heads() * seq_kv * dim; }  ///< elements of K (and V)
+  int64_t rows() const { return batch_heads() * seq_q; }          ///< query rows over all heads
+  /// Bytes of Q, K, V and O together: what any stage must read and write at least once.
+  std::size_t qkvo_bytes() const {
+    return static_cast<std::size_t>(2 * q_elems() + 2 * kv_elems()) * sizeof(float);
+  }
+  /// 4·B·H·Nq·Nkv·d: two matmuls of 2·Nq·Nkv·d each (the causal mask is not subtracted).
+  double flops() const {
+    return 4.0 * static_cast<double>(batch_heads()) * static_cast<double>(seq_q) *
+           static_cast<double>(seq_kv) * static_cast<double>(dim);
+  }
+};
+
+/**
+ * Builds and validates a problem. Every size must be at least 1, d must be one of
+ * supported_head_dims(), and element counts must fit comfortably in 64-bit indices.
+ * \param batch B; \param heads H; \param seq_q Nq; \param seq_kv Nkv; \param dim d.
+ * \param scale a positive scale, or 0 for the default 1/sqrt(d).
+ * \param causal whether to apply the (top-left) causal mask.
+ * \throws InputError with a message naming the bad value.
+ */
+AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv,
+                              int64_t dim, double scale = 0.0, bool causal = false);
+
+/// One line such as "B=4 H=32 Nq=4096 Nkv=4096 d=64 scale=0.125 causal=no".
+std::string describe(const AttentionProblem& p);
+
+/// Bytes as a short human string, e.g. "8.00 GiB".
+std::string format_bytes(double bytes);
+
+}  // namespace fa

@@ -1,0 +1,31 @@
+/**
+ * \file random.h
+ * \brief Seeded, reproducible random inputs.
+ */
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/problem.h"
+
+namespace fa {
+
+/// `n` values uniform in [−magnitude, magnitude], the same for the same seed everywhere.
+std::vector<float> random_uniform(int64_t n, uint64_t seed, float magnitude = 1.0f);
+
+/// Host copies of Q, K and V for a problem.
+struct AttentionInputs {
+  std::vector<float> q;  ///< [B, H, Nq, d]
+  std::vector<float> k;  ///< [B, H, Nkv, d]
+  std::vector<float> v;  ///< [B, H, Nkv, d]
+};
+
+/**
+ * Random Q, K and V drawn from independent streams of one seed. With magnitude M the
+ * logits scale·q·k reach about M²·sqrt(d)/3 in size: M = 30 at d = 64 gives logits in
+ * the hundreds, where exp() without max subtraction overflows fp32.
+ */
+AttentionInputs random_inputs(const AttentionProblem& p, uint64_t seed, float magnitude = 1.0f);
+
+}  // namespace fa

@@ -1,0 +1,61 @@
+/**
+ * \file reference.h
+ * \brief The CPU reference every stage is checked against: attention and row softmax
+ *        in float64, plus the same attention in float32 as a same-precision baseline.
+ *
+ * The float32 baseline runs the identical algorithm with float arithmetic. Its error
+ * against float64 measures how much error plain fp32 has on this input, which is what
+ * the comparison tolerance is built from (see compare.h).
+ */
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/problem.h"
+
+namespace fa {
+
+/// Reference results for a selection of query rows (flat row index r = (b·H + h)·Nq + i).
+template <typename Real>
+struct AttentionRows {
+  std::vector<int64_t> rows;  ///< which query rows these are
+  std::vector<Real> o;        ///< [rows.size(), d]: the output rows
+  std::vector<Real> m;        ///< per row: max of the (masked) scaled scores
+  std::vector<Real> lse;      ///< per row: log-sum-exp of the scaled scores = m + log(l)
+};
+
+/// Every query row, in order: 0, 1, ..., B·H·Nq − 1.
+std::vector<int64_t> all_rows(const AttentionProblem& p);
+
+/**
+ * At most `count` query rows spread evenly over all heads and positions, always
+ * including the first and last row. Used where the full reference would take too long.
+ */
+std::vector<int64_t> sample_rows(const AttentionProblem& p, int64_t count);
+
+/// Attention for the given rows in float64 (inputs are the fp32 tensors the stages read).
+AttentionRows<double> reference_attention(const AttentionProblem& p, const float* q,
+                                          const float* k, const float* v,
+                                          const std::vector<int64_t>& rows);
+
+/// The same algorithm in float32: the same-precision baseline for tolerances.
+AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const float* q,
+                                             const float* k, const float* v,
+                                             const std::vector<int64_t>& rows);
+
+/**
+ * Row softmax in float64: for each of `rows` rows of `cols` values, m = max(x),
+ * l = Σ exp(x − m), p = exp(x − m) / l.
+ *
+ * A row whose values are all −inf has no maximum to subtract. Rule used throughout the
+ * project: such a row gets m = −inf, l = 0 and probabilities 0 (nothing is attended),
+ * never NaN.
+ * \param x rows·cols inputs; \param rows rows; \param cols values per row;
+ * \param p rows·cols probabilities (out); \param m row maxima (out, may be null);
+ * \param l row sums (out, may be null).
+ */
+void reference_softmax(const float* x, int64_t rows, int64_t cols, double* p, double* m,
+                       double* l);
+
+}  // namespace fa

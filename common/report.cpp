@@ -1,0 +1,130 @@
+#include "common/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace fa {
+
+double RunReport::tflops() const {
+  return median_ms > 0 ? problem.flops() / (median_ms * 1e-3) / 1e12 : 0.0;
+}
+
+double RunReport::effective_gbps() const {
+  return median_ms > 0 ? static_cast<double>(problem.qkvo_bytes()) / (median_ms * 1e-3) / 1e9 : 0.0;
+}
+
+namespace {
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+const char* verdict(const RunReport& r) {
+  return !r.checked ? "UNCHECKED" : (r.check.passed() ? "PASSED" : "FAILED");
+}
+
+std::string device_label(const RunReport& r) {
+  return r.device.backend == "cpu" ? "CPU backend" : "GPU: " + r.device.name;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+// JSON has no NaN or infinity: write null for them.
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+}  // namespace
+
+void print_report(std::ostream& out, const RunReport& r) {
+  const bool cpu = r.device.backend == "cpu";
+  const auto line = [&](const std::string& key, const std::string& value) {
+    out << "  " << key << std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') << value << "\n";
+  };
+  out << "stage " << r.stage << ": " << r.title << "\n";
+  line("device", cpu ? r.device.name + " (CPU backend: timings are not GPU performance)"
+                     : r.device.name + " (sm_" + std::to_string(r.device.cc_major) +
+                           std::to_string(r.device.cc_minor) + ", " +
+                           std::to_string(r.device.sm_count) + " SMs)");
+  line("shape", describe(r.problem));
+  line("Q,K,V,O", format_bytes(static_cast<double>(r.problem.qkvo_bytes())));
+  line("workspace", format_bytes(static_cast<double>(r.workspace_bytes)) +
+                        " of device memory beyond Q, K, V, O");
+  for (const auto& [key, value] : r.notes) line(key, value);
+  if (r.repeats > 0) {
+    line("time", "median " + fixed(r.median_ms, 3) + " ms over " + std::to_string(r.repeats) +
+                     " runs (" + std::to_string(r.warmup) + " warm-up)" +
+                     (cpu ? " on the CPU backend" : ""));
+    if (!cpu) {
+      line("throughput", fixed(r.tflops(), 2) + " TFLOP/s (4*B*H*Nq*Nkv*d), " +
+                             fixed(r.effective_gbps(), 1) +
+                             " GB/s effective (Q, K, V read + O written once)");
+    }
+  }
+  if (r.checked) {
+    line("check", std::to_string(r.check.rows.size()) + " of " + std::to_string(r.problem.rows()) +
+                      " query rows against the float64 CPU reference");
+    line("O", describe(r.check.o, output_namer(r.problem, r.check.rows)));
+    if (r.check.has_lse) line("lse", describe(r.check.lse, row_namer(r.problem, r.check.rows, "lse")));
+  } else {
+    line("check", "skipped (--no-check)");
+  }
+  out << summary_line(r) << "\n";
+}
+
+void print_report_json(std::ostream& out, const RunReport& r) {
+  const AttentionProblem& p = r.problem;
+  std::ostringstream s;
+  s << "{\"stage\":\"" << json_escape(r.stage) << "\",\"backend\":\"" << r.device.backend
+    << "\",\"device\":\"" << json_escape(r.device.name) << "\",\"batch\":" << p.batch
+    << ",\"heads\":" << p.heads << ",\"seq_q\":" << p.seq_q << ",\"seq_kv\":" << p.seq_kv
+    << ",\"dim\":" << p.dim << ",\"scale\":" << json_number(p.scale)
+    << ",\"causal\":" << (p.causal ? "true" : "false") << ",\"median_ms\":" << json_number(r.median_ms)
+    << ",\"warmup\":" << r.warmup << ",\"repeats\":" << r.repeats
+    << ",\"tflops\":" << (r.device.backend == "cpu" ? "null" : json_number(r.tflops()))
+    << ",\"effective_gbps\":" << (r.device.backend == "cpu" ? "null" : json_number(r.effective_gbps()))
+    << ",\"qkvo_bytes\":" << p.qkvo_bytes() << ",\"workspace_bytes\":" << r.workspace_bytes;
+  if (r.checked) {
+    s << ",\"rows_checked\":" << r.check.rows.size() << ",\"max_abs_err\":" << json_number(r.check.o.max_abs_err)
+      << ",\"max_rel_err\":" << json_number(r.check.o.max_rel_err)
+      << ",\"rel_l2_err\":" << json_number(r.check.o.rel_l2_err)
+      << ",\"failures\":" << r.check.o.failures + (r.check.has_lse ? r.check.lse.failures : 0);
+  }
+  for (const auto& [key, value] : r.notes) s << ",\"" << json_escape(key) << "\":\"" << json_escape(value) << "\"";
+  s << ",\"result\":\"" << verdict(r) << "\"}";
+  out << s.str() << "\n";
+}
+
+std::string summary_line(const RunReport& r) {
+  std::string s = r.stage + ": " + verdict(r) + "  " + fixed(r.median_ms, 3) + " ms";
+  if (r.device.backend != "cpu") s += "  " + fixed(r.tflops(), 2) + " TFLOP/s";
+  s += "  [" + describe(r.problem) + "]  [" + device_label(r) + "]";
+  return s;
+}
+
+}  // namespace fa

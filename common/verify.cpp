@@ -1,0 +1,55 @@
+#include "common/verify.h"
+
+#include "common/reference.h"
+
+namespace fa {
+
+AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs& in,
+                               const std::vector<float>& o, const std::vector<int64_t>& rows,
+                               const std::vector<float>* lse) {
+  const AttentionRows<double> ref = reference_attention(p, in.q.data(), in.k.data(), in.v.data(), rows);
+  const AttentionRows<float> base = baseline_attention_fp32(p, in.q.data(), in.k.data(), in.v.data(), rows);
+  const size_t d = static_cast<size_t>(p.dim);
+  std::vector<float> got(rows.size() * d);
+  for (size_t n = 0; n < rows.size(); ++n) {
+    std::copy_n(o.begin() + static_cast<std::ptrdiff_t>(rows[n]) * p.dim, d, got.begin() + n * d);
+  }
+  AttentionCheck check;
+  check.rows = rows;
+  check.o = compare_fp32(got.data(), ref.o.data(), base.o.data(), static_cast<int64_t>(got.size()));
+  if (lse) {
+    std::vector<float> got_lse(rows.size());
+    for (size_t n = 0; n < rows.size(); ++n) got_lse[n] = (*lse)[static_cast<size_t>(rows[n])];
+    check.has_lse = true;
+    check.lse = compare_fp32(got_lse.data(), ref.lse.data(), base.lse.data(),
+                             static_cast<int64_t>(rows.size()));
+  }
+  return check;
+}
+
+namespace {
+
+std::string row_coords(const AttentionProblem& p, int64_t r) {
+  const int64_t bh = r / p.seq_q;
+  return "b=" + std::to_string(bh / p.heads) + ",h=" + std::to_string(bh % p.heads) +
+         ",i=" + std::to_string(r % p.seq_q);
+}
+
+}  // namespace
+
+IndexNamer output_namer(const AttentionProblem& p, const std::vector<int64_t>& rows) {
+  return [p, rows](int64_t k) {
+    return "O[" + row_coords(p, rows[static_cast<size_t>(k / p.dim)]) +
+           ",c=" + std::to_string(k % p.dim) + "]";
+  };
+}
+
+IndexNamer row_namer(const AttentionProblem& p, const std::vector<int64_t>& rows,
+                     const char* what) {
+  const std::string name = what;
+  return [p, rows, name](int64_t k) {
+    return name + "[" + row_coords(p, rows[static_cast<size_t>(k)]) + "]";
+  };
+}
+
+}  // namespace fa

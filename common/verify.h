@@ -1,0 +1,41 @@
+/**
+ * \file verify.h
+ * \brief Checking a stage's attention output against the float64 reference.
+ */
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/compare.h"
+#include "common/problem.h"
+#include "common/random.h"
+
+namespace fa {
+
+/// What a check of O (and optionally each row's log-sum-exp) found.
+struct AttentionCheck {
+  std::vector<int64_t> rows;  ///< query rows that were checked
+  Comparison o;               ///< O on those rows
+  bool has_lse = false;       ///< whether lse was checked
+  Comparison lse;             ///< log-sum-exp on those rows, when has_lse
+  bool passed() const { return o.passed() && (!has_lse || lse.passed()); }  ///< everything within tolerance
+};
+
+/**
+ * Compares `o` (the full [B, H, Nq, d] output) on `rows` with the float64 reference,
+ * using the fp32 tolerance from compare.h. If `lse` is given (one value per query row,
+ * B·H·Nq in total) it is checked too.
+ */
+AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs& in,
+                               const std::vector<float>& o, const std::vector<int64_t>& rows,
+                               const std::vector<float>* lse = nullptr);
+
+/// Names element k of the gathered rows as "O[b=..,h=..,i=..,c=..]".
+IndexNamer output_namer(const AttentionProblem& p, const std::vector<int64_t>& rows);
+
+/// Names element k of a per-row statistic as "lse[b=..,h=..,i=..]".
+IndexNamer row_namer(const AttentionProblem& p, const std::vector<int64_t>& rows,
+                     const char* what);
+
+}  // namespace fa

@@ -1,0 +1,25 @@
+// main() for every test binary. Binaries that run kernels first make sure a device is
+// there; on a machine without a GPU the CUDA tests exit with 77, which CTest reports as
+// skipped (SKIP_RETURN_CODE), never as passed.
+#define FA_CATCH_MAIN
+#include "tests/catch.h"
+
+#ifdef FA_TEST_NEEDS_DEVICE
+#include <iostream>
+
+#include "common/device.h"
+#include "common/errors.h"
+#endif
+
+int main(int argc, char** argv) {
+#ifdef FA_TEST_NEEDS_DEVICE
+  try {
+    const fa::DeviceInfo device = fa::require_device();
+    std::cout << "device: " << device.name << " (" << device.backend << ")\n";
+  } catch (const fa::NoGpuError& e) {
+    std::cout << "SKIPPED: " << e.what() << "\n";
+    return fa::kExitNoGpu;
+  }
+#endif
+  return Catch::Session().run(argc, argv);
+}

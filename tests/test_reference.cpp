@@ -1,0 +1,92 @@
+// The reference itself, against values checked by hand, and its fp32 baseline.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/problem.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "tests/catch.h"
+
+using Catch::Matchers::WithinAbs;
+
+TEST_CASE("reference softmax of [2, 1, 4, 1.5, 3]", "[reference]") {
+  const std::vector<float> x = {2, 1, 4, 1.5f, 3};
+  std::vector<double> p(5);
+  double m = 0, l = 0;
+  fa::reference_softmax(x.data(), 1, 5, p.data(), &m, &l);
+  // m = 4; l = e^-2 + e^-3 + e^0 + e^-2.5 + e^-1 = 0.1353 + 0.0498 + 1 + 0.0821 + 0.3679
+  REQUIRE(m == 4.0);
+  REQUIRE_THAT(l, WithinAbs(1.6351, 1e-4));
+  REQUIRE_THAT(p[2], WithinAbs(1.0 / 1.6351, 1e-4));  // the max gets e^0 / l ≈ 0.6116
+  double sum = 0;
+  for (double v : p) sum += v;
+  REQUIRE_THAT(sum, WithinAbs(1.0, 1e-12));
+}
+
+TEST_CASE("reference softmax of an all -inf row is zeros with m = -inf, l = 0", "[reference]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {-inf, -inf, -inf};
+  std::vector<double> p(3, 123.0);
+  double m = 0, l = 1;
+  fa::reference_softmax(x.data(), 1, 3, p.data(), &m, &l);
+  REQUIRE(m == -std::numeric_limits<double>::infinity());
+  REQUIRE(l == 0.0);
+  for (double v : p) REQUIRE(v == 0.0);
+}
+
+TEST_CASE("reference attention: scores [2, 3, 5, 4] over values [10, 20, 30, 40]", "[reference]") {
+  // d = 1, scale = 1, q = 1: the scores are the keys themselves.
+  fa::AttentionProblem p;
+  p.seq_q = 1;
+  p.seq_kv = 4;
+  p.dim = 1;
+  p.scale = 1.0f;
+  const std::vector<float> q = {1}, k = {2, 3, 5, 4}, v = {10, 20, 30, 40};
+  const auto r = fa::reference_attention(p, q.data(), k.data(), v.data(), {0});
+  // weights e^(s-5) = 0.0498, 0.1353, 1, 0.3679; l = 1.5530; O = 47.92 / 1.5530
+  REQUIRE_THAT(r.o[0], WithinAbs(30.86, 0.005));
+  REQUIRE(r.m[0] == 5.0);
+  REQUIRE_THAT(r.lse[0], WithinAbs(5.0 + std::log(1.5530), 1e-4));
+}
+
+TEST_CASE("reference causal mask: query 0 sees only key 0", "[reference]") {
+  fa::AttentionProblem p;
+  p.seq_q = 3;
+  p.seq_kv = 3;
+  p.dim = 1;
+  p.scale = 1.0f;
+  p.causal = true;
+  const std::vector<float> q = {1, 1, 1}, k = {5, 1, 9}, v = {10, 20, 30};
+  const auto r = fa::reference_attention(p, q.data(), k.data(), v.data(), fa::all_rows(p));
+  REQUIRE(r.o[0] == 10.0);                       // only key 0
+  REQUIRE_THAT(r.o[1], WithinAbs((10 * std::exp(0.0) + 20 * std::exp(-4.0)) / (1 + std::exp(-4.0)), 1e-12));
+  REQUIRE(r.m[2] == 9.0);                        // key 2 is visible to query 2
+}
+
+TEST_CASE("reference rows are independent of which rows are asked for", "[reference]") {
+  const fa::AttentionProblem p = fa::make_problem(2, 3, 17, 29, 16);
+  const fa::AttentionInputs in = fa::random_inputs(p, 3);
+  const auto all = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(), fa::all_rows(p));
+  const std::vector<int64_t> some = fa::sample_rows(p, 10);
+  REQUIRE(some.front() == 0);
+  REQUIRE(some.back() == p.rows() - 1);
+  const auto part = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(), some);
+  for (size_t n = 0; n < some.size(); ++n) {
+    for (int64_t c = 0; c < p.dim; ++c) {
+      REQUIRE(part.o[n * 16 + static_cast<size_t>(c)] == all.o[static_cast<size_t>(some[n] * 16 + c)]);
+    }
+  }
+}
+
+TEST_CASE("the fp32 baseline is close to, but not the same as, float64", "[reference]") {
+  const fa::AttentionProblem p = fa::make_problem(1, 2, 33, 300, 64);
+  const fa::AttentionInputs in = fa::random_inputs(p, 8);
+  const auto rows = fa::all_rows(p);
+  const auto ref = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(), rows);
+  const auto base = fa::baseline_attention_fp32(p, in.q.data(), in.k.data(), in.v.data(), rows);
+  double max_err = 0;
+  for (size_t i = 0; i < ref.o.size(); ++i) max_err = std::max(max_err, std::fabs(ref.o[i] - base.o[i]));
+  REQUIRE(max_err > 0.0);
+  REQUIRE(max_err < 1e-5);
+}
