@@ -8,9 +8,38 @@
 #                           (skipped, not passed, when no GPU is present)
 define_property(GLOBAL PROPERTY FA_STAGES BRIEF_DOCS "stage ids in order" FULL_DOCS "for the tour")
 
+# fa_cpu_kernel_library(<target> <file.cu>...): a library of kernel files built for the
+# CPU backend. Each .cu is rewritten by fa_cu2cpp into a .cpp that keeps its line numbers.
+function(fa_cpu_kernel_library target)
+  set(generated "")
+  foreach(cu IN LISTS ARGN)
+    get_filename_component(abs ${cu} ABSOLUTE)
+    get_filename_component(name ${cu} NAME)
+    set(out ${CMAKE_CURRENT_BINARY_DIR}/cpu/${name}.cpp)
+    add_custom_command(OUTPUT ${out}
+      COMMAND fa_cu2cpp ${abs} ${out}
+      DEPENDS ${abs} fa_cu2cpp
+      COMMENT "CPU backend: ${name}")
+    list(APPEND generated ${out})
+  endforeach()
+  add_library(${target} STATIC ${generated})
+  target_link_libraries(${target} PUBLIC fa_runtime_cpu)
+  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_compile_options(${target} PRIVATE "SHELL:-include fa_cpu/kernel.h"
+    $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wno-unused-function>)
+endfunction()
+
 function(fa_add_stage id)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEMO" "KERNELS;TESTS")
   set_property(GLOBAL APPEND PROPERTY FA_STAGES ${id})
+  if(FA_HAVE_CPU_BACKEND)
+    fa_cpu_kernel_library(fa_stage${id}_cpu ${ARG_KERNELS})
+    add_executable(stage${id}_cpu ${ARG_DEMO})
+    target_link_libraries(stage${id}_cpu PRIVATE fa_stage${id}_cpu)
+    if(FA_BUILD_TESTS AND ARG_TESTS)
+      fa_add_catch_test(test_stage${id}_cpu BACKEND cpu SOURCES ${ARG_TESTS} LIBS fa_stage${id}_cpu)
+    endif()
+  endif()
   if(NOT FA_HAVE_CUDA)
     return()
   endif()

@@ -1,0 +1,85 @@
+/**
+ * \file scheduler.h
+ * \brief CPU backend: what kernel code and launches call into. Blocks run one at a
+ *        time; each CUDA thread of a block is a fiber that runs until it reaches a
+ *        barrier, a warp collective, or its end.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+
+#include "fa_cpu/types.h"
+
+/// \name Where the running CUDA thread is (read them in gdb: `p fa_cpu_threadIdx`)
+///@{
+extern "C" uint3 fa_cpu_threadIdx;  ///< threadIdx of the running fiber
+extern "C" uint3 fa_cpu_blockIdx;   ///< blockIdx of the running block
+extern "C" uint3 fa_cpu_blockDim;   ///< blockDim of the running launch
+extern "C" uint3 fa_cpu_gridDim;    ///< gridDim of the running launch
+///@}
+
+namespace fa_cpu {
+
+/// A kernel failed: a deadlock, a divergent barrier, a bad warp collective, or an
+/// exception thrown by kernel code. The message names the kernel, block and threads.
+class KernelFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Knobs that make missing barriers and uninitialised shared memory show up.
+struct Options {
+  bool reverse_threads = false;  ///< run a block's threads in reverse order
+  bool poison_shared = false;    ///< fill shared memory with NaN (0xFF bytes) before each block
+};
+/// The current options. Both start on when the environment has FA_CPU_SHAKE=1.
+Options& options();
+
+/// One <<<grid, block, smem, stream>>> launch.
+struct LaunchConfig {
+  dim3 grid;                  ///< blocks
+  dim3 block;                 ///< threads per block
+  std::size_t smem = 0;       ///< dynamic shared memory bytes
+  const void* kernel = nullptr;  ///< the kernel function (for attributes)
+  const char* name = "";      ///< the kernel's name as written at the launch
+  const char* file = "";      ///< the launch's file
+  int line = 0;               ///< the launch's line
+};
+
+/**
+ * Runs `body` once per CUDA thread of every block. A bad configuration sets the last
+ * error (cudaErrorInvalidConfiguration) and returns, as CUDA does. A failing kernel
+ * throws KernelFault.
+ */
+void run_kernel(const LaunchConfig& config, const std::function<void()>& body);
+
+/// The kinds of warp-level collective.
+enum class WarpOp : std::uint8_t { Sync, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+
+/// __syncthreads(): waits until every thread of the block that has not exited arrives.
+void syncthreads(const char* file, int line);
+
+/**
+ * One warp collective: every lane named in `mask` must call it with the same op and
+ * mask. `value` is this lane's contribution (bits of the shuffled variable, or the
+ * predicate); `param` is srcLane, delta or laneMask. Returns this lane's result.
+ */
+std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int param, int width,
+                              const char* file, int line);
+
+/// Mask of the lanes of the calling warp that have not exited.
+unsigned active_mask();
+
+/// The current launch's dynamic shared memory (extern __shared__).
+void* dynamic_shared_memory(std::size_t alignment);
+
+/// Registers a static __shared__ variable so that poison_shared can fill it.
+struct SharedRegion {
+  /// Registers `bytes` at `address` (poisoned now if poison_shared is on).
+  SharedRegion(void* address, std::size_t bytes);
+};
+
+}  // namespace fa_cpu

@@ -1,0 +1,587 @@
+// CPU backend: the fiber scheduler. One block at a time; each CUDA thread is a
+// Boost.Context fiber that runs until it reaches __syncthreads(), a warp collective,
+// or its end, then hands control back here.
+#include "fa_cpu/scheduler.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <boost/context/fiber.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime_state.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FA_CPU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FA_CPU_ASAN 1
+#endif
+#endif
+#ifdef FA_CPU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+uint3 fa_cpu_threadIdx{0, 0, 0};
+uint3 fa_cpu_blockIdx{0, 0, 0};
+uint3 fa_cpu_blockDim{1, 1, 1};
+uint3 fa_cpu_gridDim{1, 1, 1};
+
+namespace fa_cpu {
+
+namespace ctx = boost::context;
+
+Options& options() {
+  static Options opts = [] {
+    Options o;
+    const char* shake = std::getenv("FA_CPU_SHAKE");
+    if (shake && std::strcmp(shake, "0") != 0 && *shake) o.reverse_threads = o.poison_shared = true;
+    return o;
+  }();
+  return opts;
+}
+
+namespace {
+
+// ---- fiber stacks: mmap'd once with a guard page below, then recycled -----------------
+class StackPool {
+ public:
+  StackPool() {
+    const char* kib = std::getenv("FA_CPU_STACK_KB");
+    size_ = static_cast<std::size_t>(kib ? std::atol(kib) : 256) * 1024;
+    if (size_ < 64 * 1024) size_ = 64 * 1024;
+    page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    size_ = (size_ + page_ - 1) / page_ * page_;
+  }
+  ~StackPool() {
+    for (void* base : free_) munmap(base, size_ + page_);
+  }
+  ctx::stack_context allocate() {
+    void* base;
+    if (!free_.empty()) {
+      base = free_.back();
+      free_.pop_back();
+    } else {
+      base = mmap(nullptr, size_ + page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) throw std::bad_alloc();
+      mprotect(base, page_, PROT_NONE);  // a stack overflow faults instead of corrupting memory
+    }
+    ctx::stack_context sc;
+    sc.size = size_;
+    sc.sp = static_cast<char*>(base) + page_ + size_;
+    return sc;
+  }
+  void deallocate(ctx::stack_context& sc) {
+    void* base = static_cast<char*>(sc.sp) - size_ - page_;
+#ifdef FA_CPU_ASAN
+    // The next fiber on this stack must not inherit the old frames' redzones.
+    __asan_unpoison_memory_region(static_cast<char*>(base) + page_, size_);
+#endif
+    free_.push_back(base);
+  }
+
+ private:
+  std::size_t size_ = 0, page_ = 4096;
+  std::vector<void*> free_;
+};
+
+StackPool& stack_pool() {
+  static StackPool pool;
+  return pool;
+}
+
+
+// ---- per-thread and per-block state ---------------------------------------------------
+enum class State { Ready, Barrier, Warp, Done };
+
+const char* op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::Sync: return "__syncwarp";
+    case WarpOp::Shfl: return "__shfl_sync";
+    case WarpOp::ShflUp: return "__shfl_up_sync";
+    case WarpOp::ShflDown: return "__shfl_down_sync";
+    case WarpOp::ShflXor: return "__shfl_xor_sync";
+    case WarpOp::Ballot: return "__ballot_sync";
+    case WarpOp::Any: return "__any_sync";
+    case WarpOp::All: return "__all_sync";
+  }
+  return "?";
+}
+
+struct Thread {
+  ctx::fiber fiber;      // resumes this CUDA thread
+  ctx::fiber scheduler;  // resumes the scheduler (set while this thread runs)
+  uint3 idx{0, 0, 0};
+  int linear = 0;
+  State state = State::Ready;
+  const char* file = "";  // where it waits
+  int line = 0;
+  WarpOp op = WarpOp::Sync;  // the collective it waits in
+  unsigned mask = 0;
+  std::uint64_t value = 0, result = 0;
+  int param = 0, width = 32;
+  std::exception_ptr error;
+  const void* stack_bottom = nullptr;  // for AddressSanitizer's fiber annotations
+  std::size_t stack_size = 0;
+};
+
+struct Block {
+  const LaunchConfig* config = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::vector<Thread> threads;
+  int live = 0;        // threads that have not exited
+  int at_barrier = 0;  // threads waiting in __syncthreads()
+  Thread* current = nullptr;
+  bool aborting = false;  // a fault: every suspended thread unwinds its own stack
+  void* fake_stack = nullptr;  // AddressSanitizer bookkeeping for the scheduler's stack
+  const void* sched_bottom = nullptr;
+  std::size_t sched_size = 0;
+};
+
+Block* g_block = nullptr;  // the running block (one at a time)
+
+// The allocator Boost.Context calls when it creates a fiber; it also tells the thread
+// where its stack is, for AddressSanitizer's switch annotations.
+struct PooledStack {
+  Thread* thread;
+  ctx::stack_context allocate() {
+    ctx::stack_context sc = stack_pool().allocate();
+    thread->stack_bottom = static_cast<char*>(sc.sp) - sc.size;
+    thread->stack_size = sc.size;
+    return sc;
+  }
+  void deallocate(ctx::stack_context& sc) { stack_pool().deallocate(sc); }
+};
+
+// Thrown inside a suspended thread when its block is aborted, so that its stack unwinds
+// normally (destructors run, and AddressSanitizer sees every switch).
+struct AbortBlock {};
+
+std::vector<void*>& shared_regions() {
+  static std::vector<void*> regions;  // pairs: address, size
+  return regions;
+}
+std::vector<std::size_t>& shared_region_sizes() {
+  static std::vector<std::size_t> sizes;
+  return sizes;
+}
+
+void* g_dynamic_smem = nullptr;
+
+// ---- AddressSanitizer: tell it which stack is live at every switch --------------------
+void asan_enter_fiber(Block& b, Thread& t) {
+#ifdef FA_CPU_ASAN
+  __sanitizer_start_switch_fiber(&b.fake_stack, t.stack_bottom, t.stack_size);
+#else
+  (void)b, (void)t;
+#endif
+}
+void asan_back_in_scheduler(Block& b) {
+#ifdef FA_CPU_ASAN
+  __sanitizer_finish_switch_fiber(b.fake_stack, nullptr, nullptr);
+#else
+  (void)b;
+#endif
+}
+void asan_started_in_fiber(Block& b) {
+#ifdef FA_CPU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &b.sched_bottom, &b.sched_size);
+#else
+  (void)b;
+#endif
+}
+void asan_leave_fiber(Block& b, bool exiting) {
+#ifdef FA_CPU_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &fake, b.sched_bottom, b.sched_size);
+#else
+  (void)b, (void)exiting;
+#endif
+}
+
+std::string xyz(uint3 v) {
+  return "(" + std::to_string(v.x) + "," + std::to_string(v.y) + "," + std::to_string(v.z) + ")";
+}
+
+void switch_to(Block& b, Thread& t);
+
+// Resumes every thread that has not finished once more, with `aborting` set: a thread
+// that never started skips the kernel, a suspended one unwinds from its wait.
+void abort_block(Block& b) {
+  b.aborting = true;
+  for (Thread& t : b.threads) {
+    if (t.fiber) switch_to(b, t);
+  }
+}
+
+// Throws KernelFault. Called from the scheduler, it first aborts the block, so no fiber
+// switch happens while the exception is in flight. Called from a fiber, the exception
+// travels to the fiber's entry and the scheduler rethrows it from there.
+[[noreturn]] void fault(Block& b, const std::string& what) {
+  if (!b.current) abort_block(b);
+  std::ostringstream s;
+  s << "kernel " << b.config->name << " (launched at " << b.config->file << ":" << b.config->line
+    << "), block " << xyz(fa_cpu_blockIdx) << ": " << what;
+  throw KernelFault(s.str());
+}
+
+std::string thread_name(const Block& b, const Thread& t) {
+  return "thread " + xyz(t.idx) + (b.config->block.y * b.config->block.z > 1 ? " (linear " + std::to_string(t.linear) + ")" : "");
+}
+
+// Hands control from the running CUDA thread back to the scheduler.
+void yield(Block& b, Thread& t) {
+  asan_leave_fiber(b, false);
+  t.scheduler = std::move(t.scheduler).resume();
+  asan_started_in_fiber(b);
+  if (b.aborting) throw AbortBlock{};
+}
+
+Block& running_block(const char* what) {
+  if (!g_block || !g_block->current) {
+    std::fprintf(stderr, "fa_cpu: %s called outside a kernel\n", what);
+    std::abort();
+  }
+  return *g_block;
+}
+
+void switch_to(Block& b, Thread& t) {
+  b.current = &t;
+  fa_cpu_threadIdx = t.idx;
+  asan_enter_fiber(b, t);
+  t.fiber = std::move(t.fiber).resume();
+  asan_back_in_scheduler(b);
+  b.current = nullptr;
+}
+
+// Releases __syncthreads() once every live thread waits there (exited threads do not
+// count, as on the hardware). All must wait at the same call site.
+bool try_release_barrier(Block& b) {
+  if (b.at_barrier == 0 || b.at_barrier != b.live) return false;
+  const Thread* first = nullptr;
+  for (Thread& t : b.threads) {
+    if (t.state != State::Barrier) continue;
+    if (!first) {
+      first = &t;
+    } else if (t.line != first->line || std::strcmp(t.file, first->file) != 0) {
+      fault(b, "threads wait at different __syncthreads() (" + std::string(first->file) + ":" +
+                   std::to_string(first->line) + " for " + thread_name(b, *first) + ", " + t.file +
+                   ":" + std::to_string(t.line) + " for " + thread_name(b, t) +
+                   "): a barrier inside divergent code");
+    }
+  }
+  for (Thread& t : b.threads) {
+    if (t.state == State::Barrier) t.state = State::Ready;
+  }
+  b.at_barrier = 0;
+  return true;
+}
+
+std::string lane_list(unsigned mask) {
+  std::string s;
+  for (int lane = 0; lane < 32;) {
+    if (!(mask >> lane & 1u)) {
+      ++lane;
+      continue;
+    }
+    int end = lane;
+    while (end + 1 < 32 && (mask >> (end + 1) & 1u)) ++end;
+    s += (s.empty() ? "" : ",") + std::to_string(lane) + (end > lane ? "-" + std::to_string(end) : "");
+    lane = end + 1;
+  }
+  return s;
+}
+
+std::string describe_wait(const Block& b, const Thread& t) {
+  switch (t.state) {
+    case State::Done: return "exited";
+    case State::Ready: return "ready";
+    case State::Barrier: return "waiting in __syncthreads() at " + std::string(t.file) + ":" + std::to_string(t.line);
+    case State::Warp: {
+      const int base = t.linear / 32 * 32;
+      unsigned missing = 0;
+      for (int lane = 0; lane < 32; ++lane) {
+        if ((t.mask >> lane & 1u) && b.threads[static_cast<std::size_t>(base + lane)].state != State::Warp) missing |= 1u << lane;
+      }
+      char mask[16];
+      std::snprintf(mask, sizeof mask, "0x%08x", t.mask);
+      return "waiting in " + std::string(op_name(t.op)) + "(mask " + mask + ") at " + t.file + ":" +
+             std::to_string(t.line) + " for lanes " + lane_list(missing) + " of warp " +
+             std::to_string(t.linear / 32) + ", which never arrive";
+    }
+  }
+  return "?";
+}
+
+[[noreturn]] void report_deadlock(Block& b) {
+  std::ostringstream s;
+  s << "deadlock: no thread can make progress";
+  int lines = 0;
+  for (std::size_t i = 0; i < b.threads.size();) {
+    const std::string what = describe_wait(b, b.threads[i]);
+    std::size_t j = i;
+    while (j + 1 < b.threads.size() && describe_wait(b, b.threads[j + 1]) == what) ++j;
+    if (lines++ < 16) {
+      s << "\n    threads " << b.threads[i].linear;
+      if (j > i) s << "-" << b.threads[j].linear;
+      s << ": " << what;
+    }
+    i = j + 1;
+  }
+  if (lines > 16) s << "\n    ... (" << lines - 16 << " more groups)";
+  fault(b, s.str());
+}
+
+// If every lane named in `t`'s mask now waits in the same collective, computes every
+// lane's result and lets them all go on. Returns whether it completed.
+bool try_complete_warp(Block& b, Thread& t) {
+  const int base = t.linear / 32 * 32;
+  Thread* lanes[32] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(t.mask >> lane & 1u)) continue;
+    Thread& o = b.threads[static_cast<std::size_t>(base + lane)];
+    if (o.state != State::Warp) return false;  // not there yet
+    if (o.op != t.op || o.mask != t.mask) {
+      char m1[16], m2[16];
+      std::snprintf(m1, sizeof m1, "0x%08x", t.mask);
+      std::snprintf(m2, sizeof m2, "0x%08x", o.mask);
+      fault(b, "warp " + std::to_string(t.linear / 32) + ": lane " + std::to_string(t.linear % 32) + " is in " +
+                   op_name(t.op) + "(mask " + m1 + ") at " + t.file + ":" + std::to_string(t.line) +
+                   " but lane " + std::to_string(lane) + " is in " + op_name(o.op) + "(mask " + m2 + ") at " +
+                   o.file + ":" + std::to_string(o.line) + ": collectives of one warp must match");
+    }
+    lanes[lane] = &o;
+  }
+  std::uint64_t ballot = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    if (lanes[lane] && lanes[lane]->value) ballot |= 1ull << lane;
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    Thread* o = lanes[lane];
+    if (!o) continue;
+    const int w = o->width, seg = lane & ~(w - 1);
+    int src = lane;
+    switch (o->op) {
+      case WarpOp::Shfl: src = seg + (o->param & (w - 1)); break;
+      case WarpOp::ShflUp: src = (lane - seg) >= o->param ? lane - o->param : lane; break;
+      case WarpOp::ShflDown: src = (lane - seg) + o->param < w ? lane + o->param : lane; break;
+      case WarpOp::ShflXor: src = ((lane ^ o->param) & ~(w - 1)) == seg ? lane ^ o->param : lane; break;
+      default: break;
+    }
+    switch (o->op) {
+      case WarpOp::Sync: o->result = 0; break;
+      case WarpOp::Ballot: o->result = ballot; break;
+      case WarpOp::Any: o->result = ballot != 0; break;
+      case WarpOp::All: o->result = ballot == (t.mask & 0xffffffffull); break;
+      default:
+        if (src < 0 || src > 31 || !lanes[src]) {
+          fault(b, std::string(op_name(o->op)) + " at " + o->file + ":" + std::to_string(o->line) + ": lane " +
+                       std::to_string(lane) + " reads lane " + std::to_string(src) +
+                       ", which is not in the mask (its value is undefined on a GPU)");
+        }
+        o->result = lanes[src]->value;
+    }
+  }
+  for (Thread* o : lanes) {
+    if (o) o->state = State::Ready;
+  }
+  return true;
+}
+
+void run_block(Block& b, const std::vector<int>& order) {
+  b.live = static_cast<int>(b.threads.size());
+  b.at_barrier = 0;
+  b.aborting = false;
+  const std::function<void()>* body = b.body;
+  for (Thread& t : b.threads) {
+    t.state = State::Ready;
+    t.error = nullptr;
+    Thread* self = &t;
+    Block* block = &b;
+    t.fiber = ctx::fiber(std::allocator_arg, PooledStack{self}, [self, block, body](ctx::fiber&& sched) {
+      self->scheduler = std::move(sched);
+      asan_started_in_fiber(*block);
+      try {
+        if (!block->aborting) (*body)();
+      } catch (const AbortBlock&) {
+        // unwound on purpose: another thread faulted
+      } catch (const ctx::detail::forced_unwind&) {
+        throw;  // Boost.Context unwinding an abandoned fiber: let it through
+      } catch (...) {
+        self->error = std::current_exception();  // rethrown by the scheduler, outside this catch
+      }
+      self->state = State::Done;
+      asan_leave_fiber(*block, true);
+      return std::move(self->scheduler);
+    });
+  }
+  while (b.live > 0) {
+    bool progressed = false;
+    for (int i : order) {
+      Thread& t = b.threads[static_cast<std::size_t>(i)];
+      if (t.state != State::Ready) continue;
+      switch_to(b, t);
+      progressed = true;
+      if (t.error) {
+        std::string what = "an exception of unknown type";
+        bool named = false;  // a KernelFault already names the kernel
+        try {
+          std::rethrow_exception(t.error);
+        } catch (const KernelFault& e) {
+          what = e.what();
+          named = true;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        t.error = nullptr;
+        if (named) {
+          abort_block(b);
+          throw KernelFault(what);
+        }
+        fault(b, thread_name(b, t) + " threw: " + what);
+      }
+      if (t.state == State::Done) --b.live;
+      try_release_barrier(b);
+    }
+    if (!progressed && !try_release_barrier(b)) report_deadlock(b);
+  }
+}
+
+}  // namespace
+
+void syncthreads(const char* file, int line) {
+  Block& b = running_block("__syncthreads()");
+  Thread& t = *b.current;
+  t.state = State::Barrier;
+  t.file = file;
+  t.line = line;
+  ++b.at_barrier;
+  yield(b, t);
+}
+
+std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int param, int width,
+                              const char* file, int line) {
+  Block& b = running_block(op_name(op));
+  Thread& t = *b.current;
+  const int lane = t.linear % 32, base = t.linear / 32 * 32;
+  const auto where = [&] { return std::string(op_name(op)) + " at " + file + ":" + std::to_string(line) + ": "; };
+  if (!(mask >> lane & 1u)) {
+    fault(b, where() + thread_name(b, t) + " (lane " + std::to_string(lane) + ") is not in its own mask");
+  }
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0) fault(b, where() + "width must be a power of 2 up to 32");
+  for (int l = 0; l < 32; ++l) {
+    if ((mask >> l & 1u) && base + l >= static_cast<int>(b.threads.size())) {
+      fault(b, where() + "the mask names lane " + std::to_string(l) + ", which does not exist in this block");
+    }
+  }
+  t.state = State::Warp;
+  t.op = op;
+  t.mask = mask;
+  t.value = value;
+  t.param = param;
+  t.width = width;
+  t.file = file;
+  t.line = line;
+  if (!try_complete_warp(b, t)) yield(b, t);  // the last lane to arrive completes it
+  return t.result;
+}
+
+unsigned active_mask() {
+  Block& b = running_block("__activemask()");
+  const int base = b.current->linear / 32 * 32;
+  unsigned mask = 0;
+  for (int l = 0; l < 32 && base + l < static_cast<int>(b.threads.size()); ++l) {
+    if (b.threads[static_cast<std::size_t>(base + l)].state != State::Done) mask |= 1u << l;
+  }
+  return mask;
+}
+
+void* dynamic_shared_memory(std::size_t alignment) {
+  if (reinterpret_cast<std::uintptr_t>(g_dynamic_smem) % alignment != 0) {
+    std::fprintf(stderr, "fa_cpu: dynamic shared memory is not aligned to %zu\n", alignment);
+    std::abort();
+  }
+  return g_dynamic_smem;
+}
+
+SharedRegion::SharedRegion(void* address, std::size_t bytes) {
+  shared_regions().push_back(address);
+  shared_region_sizes().push_back(bytes);
+  if (options().poison_shared) std::memset(address, 0xFF, bytes);
+}
+
+void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
+  if (g_block) {
+    set_last_error(cudaErrorLaunchFailure);
+    throw KernelFault(std::string("kernel ") + c.name + " launched from inside a kernel (not supported)");
+  }
+  const unsigned long long threads = 1ull * c.block.x * c.block.y * c.block.z;
+  std::size_t smem_limit = kSharedMemDefault;
+  auto it = kernel_smem_limits().find(c.kernel);
+  if (it != kernel_smem_limits().end()) smem_limit = static_cast<std::size_t>(it->second);
+  if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 ||
+      c.grid.x > 2147483647u || c.grid.y > 65535 || c.grid.z > 65535 || c.smem > smem_limit) {
+    set_last_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+
+  Block b;
+  b.config = &c;
+  b.body = &body;
+  b.threads.resize(threads);
+  for (unsigned i = 0; i < threads; ++i) {
+    Thread& t = b.threads[i];
+    t.linear = static_cast<int>(i);
+    t.idx = uint3{i % c.block.x, i / c.block.x % c.block.y, i / (c.block.x * c.block.y)};
+  }
+  std::vector<int> order(threads);
+  for (unsigned i = 0; i < threads; ++i) {
+    order[i] = options().reverse_threads ? static_cast<int>(threads - 1 - i) : static_cast<int>(i);
+  }
+  // Exactly c.smem bytes, so AddressSanitizer catches an access past the end.
+  std::unique_ptr<void, void (*)(void*)> smem(nullptr, std::free);
+  if (c.smem > 0) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 128, c.smem) != 0) {
+      set_last_error(cudaErrorMemoryAllocation);
+      return;
+    }
+    smem.reset(p);
+  }
+  g_dynamic_smem = smem.get();
+  fa_cpu_blockDim = uint3{c.block.x, c.block.y, c.block.z};
+  fa_cpu_gridDim = uint3{c.grid.x, c.grid.y, c.grid.z};
+
+  struct Reset {  // leave no dangling state behind, also when a fault is thrown
+    ~Reset() {
+      g_block = nullptr;
+      g_dynamic_smem = nullptr;
+    }
+  } reset;
+  g_block = &b;
+  for (unsigned z = 0; z < c.grid.z; ++z) {
+    for (unsigned y = 0; y < c.grid.y; ++y) {
+      for (unsigned x = 0; x < c.grid.x; ++x) {
+        fa_cpu_blockIdx = uint3{x, y, z};
+        if (options().poison_shared) {
+          if (c.smem) std::memset(g_dynamic_smem, 0xFF, c.smem);
+          for (std::size_t r = 0; r < shared_regions().size(); ++r) {
+            std::memset(shared_regions()[r], 0xFF, shared_region_sizes()[r]);
+          }
+        }
+        run_block(b, order);
+      }
+    }
+  }
+}
+
+}  // namespace fa_cpu

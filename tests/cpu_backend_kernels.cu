@@ -1,0 +1,188 @@
+// Kernels for the CPU backend's own tests. They are CUDA, rewritten by fa_cu2cpp like
+// every stage's kernels; some of them are wrong on purpose.
+#include <stdexcept>
+
+#include "common/cuda_check.h"
+#include "common/device_buffer.h"
+#include "tests/cpu_backend_kernels.h"
+
+namespace fa::cpu_test {
+
+__global__ void barrier_kernel(int* out, int active) {
+  __shared__ int s[1024];
+  const int t = threadIdx.x;
+  if (t >= active) return;  // exited threads no longer count at the barrier
+  s[t] = t;
+  __syncthreads();
+  out[t] = s[(t + 1) % active];
+}
+
+std::vector<int> barrier_with_early_exit(int threads, int active) {
+  DeviceBuffer<int> out(static_cast<size_t>(threads));
+  out.fill_bytes(0xFF);
+  barrier_kernel<<<2, threads>>>(out.data(), active);
+  FA_CHECK_LAUNCH("barrier_kernel");
+  return out.download();
+}
+
+__global__ void shuffle_kernel(float* out, int kind, int param, int width) {
+  const int t = threadIdx.x;
+  const float mine = 100.0f * (t / 32) + (t % 32);
+  float r = 0;
+  if (kind == 0) r = __shfl_sync(0xffffffffu, mine, param, width);
+  if (kind == 1) r = __shfl_up_sync(0xffffffffu, mine, param, width);
+  if (kind == 2) r = __shfl_down_sync(0xffffffffu, mine, param, width);
+  if (kind == 3) r = __shfl_xor_sync(0xffffffffu, mine, param, width);
+  out[t] = r;
+}
+
+std::vector<float> shuffle(int kind, int param, int width) {
+  DeviceBuffer<float> out(64);
+  shuffle_kernel<<<1, 64>>>(out.data(), kind, param, width);
+  FA_CHECK_LAUNCH("shuffle_kernel");
+  return out.download();
+}
+
+__global__ void vote_kernel(unsigned* out) {
+  const int lane = threadIdx.x % 32;
+  out[0] = __ballot_sync(0xffffffffu, lane % 3 == 0);
+  out[1] = __any_sync(0xffffffffu, lane == 31);
+  out[2] = __all_sync(0xffffffffu, lane % 3 == 0);
+  out[3] = __all_sync(0xffffffffu, lane >= 0);
+  __syncwarp();
+}
+
+__global__ void half_warp_vote_kernel(unsigned* out) {
+  // Only lanes 0-15 take part, and only they are named in the mask.
+  if (threadIdx.x < 16) out[0] = __ballot_sync(0x0000ffffu, threadIdx.x % 2);
+}
+
+std::vector<unsigned> votes() {
+  DeviceBuffer<unsigned> out(8);
+  out.fill_bytes(0);
+  vote_kernel<<<1, 32>>>(out.data());
+  FA_CHECK_LAUNCH("vote_kernel");
+  std::vector<unsigned> a = out.download();
+  half_warp_vote_kernel<<<1, 32>>>(out.data() + 5);
+  FA_CHECK_LAUNCH("half_warp_vote_kernel");
+  a[5] = out.download()[5];
+  return a;
+}
+
+__global__ void reverse_kernel(const float* in, float* out, int n) {
+  extern __shared__ float buf[];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) buf[threadIdx.x] = in[i];
+  __syncthreads();
+  const int last = min(n - blockIdx.x * blockDim.x, blockDim.x) - 1;
+  if (i < n) out[blockIdx.x * blockDim.x + last - threadIdx.x] = buf[threadIdx.x];
+}
+
+std::vector<float> reverse_in_dynamic_shared(const std::vector<float>& in) {
+  const int n = static_cast<int>(in.size()), block = 100;
+  DeviceBuffer<float> d_in(in), d_out(in.size());
+  reverse_kernel<<<(n + block - 1) / block, block, block * sizeof(float)>>>(d_in.data(), d_out.data(), n);
+  FA_CHECK_LAUNCH("reverse_kernel");
+  return d_out.download();
+}
+
+__global__ void index_kernel(int* out) {
+  const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  out[block * blockDim.x * blockDim.y * blockDim.z + thread] =
+      ((blockIdx.z * 10 + blockIdx.y) * 10 + blockIdx.x) * 1000 + (threadIdx.z * 10 + threadIdx.y) * 10 + threadIdx.x;
+}
+
+std::vector<int> indices_3d() {
+  DeviceBuffer<int> out(2 * 3 * 2 * 4 * 3 * 2);
+  index_kernel<<<dim3(2, 3, 2), dim3(4, 3, 2)>>>(out.data());
+  FA_CHECK_LAUNCH("index_kernel");
+  return out.download();
+}
+
+__global__ void missing_barrier_kernel(float* out) {
+  __shared__ float s[256];
+  const int t = threadIdx.x;
+  s[t] = static_cast<float>(t);
+  // BUG on purpose: no __syncthreads() here, so s[t + 1] may not be written yet.
+  out[t] = s[(t + 1) % blockDim.x];
+}
+
+std::vector<float> missing_barrier(int threads) {
+  DeviceBuffer<float> out(static_cast<size_t>(threads));
+  missing_barrier_kernel<<<1, threads>>>(out.data());
+  FA_CHECK_LAUNCH("missing_barrier_kernel");
+  return out.download();
+}
+
+__global__ void empty_kernel(float* out) {
+  extern __shared__ float buf[];
+  if (threadIdx.x == 0) out[0] = buf[0] * 0.0f;
+}
+
+int bad_configuration(int threads, int smem_bytes, bool opt_in) {
+  DeviceBuffer<float> out(1);
+  if (opt_in) {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  }
+  empty_kernel<<<1, threads, smem_bytes>>>(out.data());
+  return static_cast<int>(cudaGetLastError());
+}
+
+__global__ void divergent_barrier_kernel() {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+}
+
+void divergent_barrier() { divergent_barrier_kernel<<<1, 64>>>(); }
+
+__global__ void divergent_shuffle_kernel(float* out) {
+  float x = static_cast<float>(threadIdx.x);
+  if (threadIdx.x % 32 < 16) x = __shfl_xor_sync(0xffffffffu, x, 1);  // lanes 16-31 never come
+  out[threadIdx.x] = x;
+}
+
+void shuffle_in_divergent_branch() {
+  DeviceBuffer<float> out(64);
+  divergent_shuffle_kernel<<<1, 64>>>(out.data());
+}
+
+__global__ void shuffle_against_barrier_kernel(float* out) {
+  float x = static_cast<float>(threadIdx.x);
+  if (threadIdx.x < 16) {
+    x = __shfl_down_sync(0xffffffffu, x, 16);
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = x;
+}
+
+void shuffle_against_barrier() {
+  DeviceBuffer<float> out(32);
+  shuffle_against_barrier_kernel<<<1, 32>>>(out.data());
+}
+
+__global__ void throwing_kernel(int bad) {
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) == bad) throw std::runtime_error("boom from a kernel thread");
+  __syncthreads();
+}
+
+void throw_in_kernel(int thread) { throwing_kernel<<<2, 128>>>(thread); }
+
+__global__ void out_of_bounds_kernel(float* out) {
+  __shared__ float tile[32];
+  tile[threadIdx.x] = 1.0f;  // BUG on purpose: 33 threads, 32 slots
+  __syncthreads();
+  out[threadIdx.x] = tile[0];
+}
+
+void out_of_bounds_shared_write() {
+  DeviceBuffer<float> out(33);
+  out_of_bounds_kernel<<<1, 33>>>(out.data());
+}
+
+}  // namespace fa::cpu_test

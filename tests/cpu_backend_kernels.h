@@ -1,0 +1,30 @@
+// Small kernels that exercise the CPU backend itself (see cpu_backend_kernels.cu).
+#pragma once
+
+#include <vector>
+
+namespace fa::cpu_test {
+
+/// Threads >= active return at once; the rest exchange values through shared memory
+/// across a __syncthreads(). Returns out[t] = (t + 1) % active for t < active.
+std::vector<int> barrier_with_early_exit(int threads, int active);
+/// Every lane's result of one shuffle kind (0 idx, 1 up, 2 down, 3 xor) over 2 warps.
+std::vector<float> shuffle(int kind, int param, int width);
+/// __ballot_sync, __any_sync, __all_sync of (lane % 3 == 0) and of (lane >= 0).
+std::vector<unsigned> votes();
+/// Reverses `in` through `extern __shared__` memory, one block per 100 values.
+std::vector<float> reverse_in_dynamic_shared(const std::vector<float>& in);
+/// out[linear thread id of the grid] = encoded (blockIdx, threadIdx) in a 3-D launch.
+std::vector<int> indices_3d();
+/// A block-wide sum with no barrier between the writes and the reads.
+std::vector<float> missing_barrier(int threads);
+/// Launches with a bad configuration and returns cudaGetLastError() as an int.
+int bad_configuration(int threads, int smem_bytes, bool opt_in);
+
+void divergent_barrier();          ///< two __syncthreads() call sites: must fault
+void shuffle_in_divergent_branch();  ///< half a warp shuffles, half exits: must fault
+void shuffle_against_barrier();    ///< half a warp shuffles, half waits at a barrier
+void throw_in_kernel(int thread);  ///< that thread throws std::runtime_error
+void out_of_bounds_shared_write();  ///< writes one past a __shared__ array (for ASan)
+
+}  // namespace fa::cpu_test

@@ -1,0 +1,140 @@
+// The CPU backend itself: barrier semantics, every shuffle kind, votes, dynamic shared
+// memory, launch checks, and the failures it must report instead of hanging.
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "fa_cpu/scheduler.h"
+#include "tests/catch.h"
+#include "tests/cpu_backend_kernels.h"
+
+using fa::test::HasSubstring;
+namespace k = fa::cpu_test;
+
+namespace {
+
+// CUDA's shuffle rules, written out on the host: the source lane, or -1 for "own value".
+int expected_source(int kind, int lane, int param, int width) {
+  const int seg = lane / width * width, pos = lane % width;
+  switch (kind) {
+    case 0: return seg + param % width;
+    case 1: return pos >= param ? lane - param : -1;
+    case 2: return pos + param < width ? lane + param : -1;
+    default: return ((lane ^ param) / width == lane / width) ? (lane ^ param) : -1;
+  }
+}
+
+struct ShakeGuard {  // restores the options a test changes
+  fa_cpu::Options saved = fa_cpu::options();
+  ~ShakeGuard() { fa_cpu::options() = saved; }
+};
+
+}  // namespace
+
+TEST_CASE("__syncthreads waits for every thread that has not exited", "[cpu_backend]") {
+  for (int active : {1, 31, 33, 100, 128}) {
+    const std::vector<int> out = k::barrier_with_early_exit(128, active);
+    for (int t = 0; t < active; ++t) REQUIRE(out[t] == (t + 1) % active);
+    for (int t = active; t < 128; ++t) REQUIRE(out[t] == -1);  // never written
+  }
+}
+
+TEST_CASE("every shuffle kind follows CUDA's lane rules", "[cpu_backend]") {
+  struct Case { int kind, param, width; };
+  const std::vector<Case> cases = {{0, 5, 32}, {0, 37, 32}, {0, 3, 8}, {1, 1, 32}, {1, 4, 16},
+                                   {2, 1, 32}, {2, 16, 32}, {2, 3, 8}, {3, 1, 32}, {3, 16, 32}, {3, 5, 4}};
+  for (const Case& c : cases) {
+    const std::vector<float> out = k::shuffle(c.kind, c.param, c.width);
+    for (int t = 0; t < 64; ++t) {
+      const int lane = t % 32, warp = t / 32;
+      const int src = expected_source(c.kind, lane, c.param, c.width);
+      const float want = 100.0f * warp + (src < 0 ? lane : src);
+      INFO("kind " << c.kind << " param " << c.param << " width " << c.width << " thread " << t);
+      REQUIRE(out[t] == want);
+    }
+  }
+}
+
+TEST_CASE("votes: __ballot_sync, __any_sync, __all_sync, partial masks", "[cpu_backend]") {
+  const std::vector<unsigned> v = k::votes();
+  unsigned every_third = 0;
+  for (int lane = 0; lane < 32; lane += 3) every_third |= 1u << lane;
+  REQUIRE(v[0] == every_third);
+  REQUIRE(v[1] == 1u);
+  REQUIRE(v[2] == 0u);
+  REQUIRE(v[3] == 1u);
+  REQUIRE(v[5] == 0x0000aaaau);  // odd lanes among 0-15
+}
+
+TEST_CASE("extern __shared__ memory is sized at launch", "[cpu_backend]") {
+  std::vector<float> in(250);
+  std::iota(in.begin(), in.end(), 0.0f);
+  const std::vector<float> out = k::reverse_in_dynamic_shared(in);
+  for (int i = 0; i < 250; ++i) {
+    const int block = i / 100, last = std::min(250 - block * 100, 100) - 1;
+    REQUIRE(out[block * 100 + last - i % 100] == in[i]);
+  }
+}
+
+TEST_CASE("3-D grids and blocks see the right indices", "[cpu_backend]") {
+  const std::vector<int> out = k::indices_3d();
+  size_t n = 0;
+  for (int bz = 0; bz < 2; ++bz)
+    for (int by = 0; by < 3; ++by)
+      for (int bx = 0; bx < 2; ++bx)
+        for (int tz = 0; tz < 2; ++tz)
+          for (int ty = 0; ty < 3; ++ty)
+            for (int tx = 0; tx < 4; ++tx) REQUIRE(out[n++] == ((bz * 10 + by) * 10 + bx) * 1000 + (tz * 10 + ty) * 10 + tx);
+}
+
+TEST_CASE("a bad launch configuration sets the error, as in CUDA", "[cpu_backend]") {
+  REQUIRE(k::bad_configuration(2048, 0, false) == cudaErrorInvalidConfiguration);
+  REQUIRE(k::bad_configuration(32, 100 * 1024, false) == cudaErrorInvalidConfiguration);
+  REQUIRE(k::bad_configuration(32, 100 * 1024, true) == cudaSuccess);  // after opting in
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("a missing barrier shows up, and shake mode turns it into NaN", "[cpu_backend]") {
+  ShakeGuard guard;
+  fa_cpu::options() = fa_cpu::Options{};
+  std::vector<float> out = k::missing_barrier(256);
+  bool wrong = false;
+  for (int t = 0; t < 256; ++t) wrong |= out[t] != static_cast<float>((t + 1) % 256);
+  REQUIRE(wrong);  // in thread order, thread t reads s[t + 1] before thread t + 1 wrote it
+
+  fa_cpu::options().poison_shared = true;
+  out = k::missing_barrier(256);
+  REQUIRE(std::isnan(out[0]));  // read before written: the poison shows through
+}
+
+TEST_CASE("a barrier in divergent code is reported, not hung on", "[cpu_backend]") {
+  REQUIRE_THROWS_WITH(k::divergent_barrier(),
+                      HasSubstring("divergent_barrier_kernel") && HasSubstring("different __syncthreads()") &&
+                          HasSubstring("cpu_backend_kernels.cu:"));
+}
+
+TEST_CASE("a shuffle in a divergent branch is reported as a deadlock", "[cpu_backend]") {
+  REQUIRE_THROWS_WITH(k::shuffle_in_divergent_branch(),
+                      HasSubstring("deadlock") && HasSubstring("divergent_shuffle_kernel") &&
+                          HasSubstring("__shfl_xor_sync") && HasSubstring("for lanes 16-31") &&
+                          HasSubstring("threads 0-15"));
+  REQUIRE_THROWS_WITH(k::shuffle_against_barrier(),
+                      HasSubstring("deadlock") && HasSubstring("waiting in __syncthreads()") &&
+                          HasSubstring("__shfl_down_sync"));
+}
+
+TEST_CASE("an exception thrown in a kernel thread reaches the host", "[cpu_backend]") {
+  REQUIRE_THROWS_AS(k::throw_in_kernel(77), fa_cpu::KernelFault);
+  REQUIRE_THROWS_WITH(k::throw_in_kernel(5), HasSubstring("thread (5,0,0) threw: boom from a kernel thread") &&
+                                                 HasSubstring("throwing_kernel"));
+  // The backend is usable again afterwards.
+  REQUIRE(k::barrier_with_early_exit(64, 64)[0] == 1);
+}
+
+// Hidden (run only by the AddressSanitizer build's CTest entry): the write one past a
+// __shared__ array must be reported by ASan at the kernel's line.
+TEST_CASE("an out-of-bounds shared write is caught by AddressSanitizer", "[.][asan]") {
+  k::out_of_bounds_shared_write();
+  FAIL("the out-of-bounds write was not detected (is this an AddressSanitizer build?)");
+}
