@@ -13,10 +13,12 @@
 #include "fa_cpu/scheduler.h"
 #include "runtime_state.h"
 
+/// What a cudaEvent_t points to.
 struct fa_cpu_event {
-  std::chrono::steady_clock::time_point time;
-  bool recorded = false;
+  std::chrono::steady_clock::time_point time;  ///< when it was recorded
+  bool recorded = false;                       ///< whether it was recorded
 };
+/// What a cudaStream_t points to (nothing: all work is synchronous).
 struct fa_cpu_stream {};
 
 namespace fa_cpu {

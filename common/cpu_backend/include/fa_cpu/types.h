@@ -7,12 +7,16 @@
 
 /// Three unsigned components, as CUDA's uint3 (threadIdx, blockIdx are uint3).
 struct uint3 {
-  unsigned int x, y, z;  ///< components
+  unsigned int x;  ///< first component
+  unsigned int y;  ///< second component
+  unsigned int z;  ///< third component
 };
 
 /// Grid and block sizes: unspecified components default to 1, as in CUDA.
 struct dim3 {
-  unsigned int x = 1, y = 1, z = 1;  ///< components
+  unsigned int x = 1;  ///< first component
+  unsigned int y = 1;  ///< second component
+  unsigned int z = 1;  ///< third component
   /// dim3(4) is (4, 1, 1).
   constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
   /// From a uint3 (blockDim and gridDim read back as dim3).
