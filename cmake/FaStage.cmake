@@ -1,4 +1,4 @@
-# fa_add_stage(<id> KERNELS <file.cu>... DEMO <demo.cpp> [TESTS <test.cpp>...])
+# fa_add_stage(<id> KERNELS <file.cu>... DEMO <demo.cpp> [DEPENDS <id>...] [TESTS <test.cpp>...])
 #
 # Adds one stage, e.g. fa_add_stage(01_naive KERNELS naive_attention.cu DEMO demo.cpp
 # TESTS ${PROJECT_SOURCE_DIR}/tests/test_stage01_naive.cpp), which makes
@@ -30,10 +30,13 @@ function(fa_cpu_kernel_library target)
 endfunction()
 
 function(fa_add_stage id)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEMO" "KERNELS;TESTS")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEMO" "KERNELS;TESTS;DEPENDS")
   set_property(GLOBAL APPEND PROPERTY FA_STAGES ${id})
   if(FA_HAVE_CPU_BACKEND)
     fa_cpu_kernel_library(fa_stage${id}_cpu ${ARG_KERNELS})
+    foreach(dep IN LISTS ARG_DEPENDS)
+      target_link_libraries(fa_stage${id}_cpu PUBLIC fa_stage${dep}_cpu)
+    endforeach()
     add_executable(stage${id}_cpu ${ARG_DEMO})
     target_link_libraries(stage${id}_cpu PRIVATE fa_stage${id}_cpu)
     if(FA_BUILD_TESTS AND ARG_TESTS)
@@ -46,6 +49,9 @@ function(fa_add_stage id)
   set(lib fa_stage${id}_cuda)
   add_library(${lib} STATIC ${ARG_KERNELS})
   target_link_libraries(${lib} PUBLIC fa_runtime_cuda)
+  foreach(dep IN LISTS ARG_DEPENDS)
+    target_link_libraries(${lib} PUBLIC fa_stage${dep}_cuda)
+  endforeach()
   target_compile_options(${lib} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xcompiler=-Wall>)
 

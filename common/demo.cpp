@@ -127,16 +127,20 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
 
 }  // namespace
 
-int run_stage_demo(int argc, const char* const* argv, const StageDemo& stage) {
+int run_guarded(const char* program, const std::function<int()>& body) {
   try {
-    return run(argc, argv, stage);
+    return body();
   } catch (const Error& e) {
-    std::cerr << argv[0] << ": error: " << e.what() << "\n";
+    std::cerr << program << ": error: " << e.what() << "\n";
     return e.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": error: " << e.what() << "\n";
+  } catch (const std::exception& e) {  // a kernel fault on the CPU backend, bad_alloc, ...
+    std::cerr << program << ": error: " << e.what() << "\n";
     return kExitCudaError;
   }
+}
+
+int run_stage_demo(int argc, const char* const* argv, const StageDemo& stage) {
+  return run_guarded(argv[0], [&] { return run(argc, argv, stage); });
 }
 
 }  // namespace fa

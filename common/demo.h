@@ -47,4 +47,10 @@ struct StageDemo {
  */
 int run_stage_demo(int argc, const char* const* argv, const StageDemo& stage);
 
+/**
+ * Runs `body` (a demo's main work) and turns any exception into a message on stderr
+ * and the matching exit code (fa::ExitCode). \returns body's result, or that code.
+ */
+int run_guarded(const char* program, const std::function<int()>& body);
+
 }  // namespace fa

@@ -13,11 +13,18 @@ std::vector<int64_t> all_rows(const AttentionProblem& p) {
 }
 
 std::vector<int64_t> sample_rows(const AttentionProblem& p, int64_t count) {
-  const int64_t total = p.rows();
-  if (count >= total) return all_rows(p);
+  return sample_indices(p.rows(), count);
+}
+
+std::vector<int64_t> sample_indices(int64_t total, int64_t count) {
   std::vector<int64_t> rows;
+  if (count >= total) {
+    for (int64_t r = 0; r < total; ++r) rows.push_back(r);
+    return rows;
+  }
+  if (count < 2) return {0};
   rows.reserve(static_cast<size_t>(count));
-  // Evenly spaced with a stride coprime-ish to Nq, so rows land on varied positions i.
+  // Evenly spaced, so the rows land on every head and on varied positions within it.
   for (int64_t k = 0; k < count; ++k) {
     rows.push_back(static_cast<int64_t>(static_cast<double>(k) * static_cast<double>(total - 1) /
                                         static_cast<double>(count - 1)));
@@ -88,25 +95,39 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
   return attention_rows<float>(p, q, k, v, rows);
 }
 
-void reference_softmax(const float* x, int64_t rows, int64_t cols, double* p, double* m,
-                       double* l) {
-  const double neg_inf = -std::numeric_limits<double>::infinity();
+namespace {
+
+template <typename Real>
+void softmax_rows(const float* x, int64_t rows, int64_t cols, Real* p, Real* m, Real* l) {
+  const Real neg_inf = -std::numeric_limits<Real>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
-    double* pr = p + r * cols;
-    double mr = neg_inf;
-    for (int64_t j = 0; j < cols; ++j) mr = std::max(mr, static_cast<double>(xr[j]));
-    double lr = 0.0;
+    Real* pr = p + r * cols;
+    Real mr = neg_inf;
+    for (int64_t j = 0; j < cols; ++j) mr = std::max(mr, static_cast<Real>(xr[j]));
+    Real lr = 0;
     if (mr == neg_inf) {
       // All −inf: the documented rule, zeros instead of exp(−inf − (−inf)) = NaN.
-      std::fill(pr, pr + cols, 0.0);
+      std::fill(pr, pr + cols, Real(0));
     } else {
-      for (int64_t j = 0; j < cols; ++j) lr += std::exp(static_cast<double>(xr[j]) - mr);
-      for (int64_t j = 0; j < cols; ++j) pr[j] = std::exp(static_cast<double>(xr[j]) - mr) / lr;
+      for (int64_t j = 0; j < cols; ++j) lr += std::exp(static_cast<Real>(xr[j]) - mr);
+      for (int64_t j = 0; j < cols; ++j) pr[j] = std::exp(static_cast<Real>(xr[j]) - mr) / lr;
     }
     if (m) m[r] = mr;
     if (l) l[r] = lr;
   }
+}
+
+}  // namespace
+
+void reference_softmax(const float* x, int64_t rows, int64_t cols, double* p, double* m,
+                       double* l) {
+  softmax_rows<double>(x, rows, cols, p, m, l);
+}
+
+void baseline_softmax_fp32(const float* x, int64_t rows, int64_t cols, float* p, float* m,
+                           float* l) {
+  softmax_rows<float>(x, rows, cols, p, m, l);
 }
 
 }  // namespace fa

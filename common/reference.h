@@ -25,6 +25,10 @@ struct AttentionRows {
   std::vector<Real> lse;      ///< per row: log-sum-exp of the scaled scores = m + log(l)
 };
 
+/// At most `count` indices spread evenly over [0, total), always including the first
+/// and the last; all of them when count >= total.
+std::vector<int64_t> sample_indices(int64_t total, int64_t count);
+
 /// Every query row, in order: 0, 1, ..., B·H·Nq − 1.
 std::vector<int64_t> all_rows(const AttentionProblem& p);
 
@@ -57,5 +61,9 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
  */
 void reference_softmax(const float* x, int64_t rows, int64_t cols, double* p, double* m,
                        double* l);
+
+/// The same row softmax in float32: the same-precision baseline for tolerances.
+void baseline_softmax_fp32(const float* x, int64_t rows, int64_t cols, float* p, float* m,
+                           float* l);
 
 }  // namespace fa

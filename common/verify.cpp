@@ -27,6 +27,23 @@ AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs&
   return check;
 }
 
+SoftmaxCheck check_softmax(const float* x, int64_t rows, int64_t cols, const float* p,
+                           const float* m, const float* l) {
+  const size_t n = static_cast<size_t>(rows * cols);
+  std::vector<double> ref_p(n), ref_m(static_cast<size_t>(rows)), ref_l(static_cast<size_t>(rows));
+  std::vector<float> base_p(n), base_m(static_cast<size_t>(rows)), base_l(static_cast<size_t>(rows));
+  reference_softmax(x, rows, cols, ref_p.data(), ref_m.data(), ref_l.data());
+  baseline_softmax_fp32(x, rows, cols, base_p.data(), base_m.data(), base_l.data());
+  SoftmaxCheck check;
+  check.p = compare_fp32(p, ref_p.data(), base_p.data(), rows * cols);
+  if (m && l) {
+    check.has_stats = true;
+    check.m = compare_fp32(m, ref_m.data(), base_m.data(), rows);
+    check.l = compare_fp32(l, ref_l.data(), base_l.data(), rows);
+  }
+  return check;
+}
+
 namespace {
 
 std::string row_coords(const AttentionProblem& p, int64_t r) {

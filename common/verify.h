@@ -31,6 +31,22 @@ AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs&
                                const std::vector<float>& o, const std::vector<int64_t>& rows,
                                const std::vector<float>* lse = nullptr);
 
+/// What a check of row-softmax output found.
+struct SoftmaxCheck {
+  Comparison p;            ///< the probabilities
+  bool has_stats = false;  ///< whether m and l were checked
+  Comparison m;            ///< each row's max, when has_stats
+  Comparison l;            ///< each row's sum of exp(x − m), when has_stats
+  bool passed() const { return p.passed() && (!has_stats || (m.passed() && l.passed())); }  ///< all within tolerance
+};
+
+/**
+ * Compares a row softmax of `rows` rows of `cols` inputs `x` with the float64 reference
+ * (fp32 tolerance). `m` and `l` (one per row) are checked too when both are given.
+ */
+SoftmaxCheck check_softmax(const float* x, int64_t rows, int64_t cols, const float* p,
+                           const float* m = nullptr, const float* l = nullptr);
+
 /// Names element k of the gathered rows as "O[b=..,h=..,i=..,c=..]".
 IndexNamer output_namer(const AttentionProblem& p, const std::vector<int64_t>& rows);
 
