@@ -6,7 +6,7 @@
 #pragma once
 
 #if defined(__CUDACC__)
-#define FA_HOST_DEVICE __host__ __device__ __forceinline__
+#define FA_HOST_DEVICE __host__ __device__ __forceinline__  ///< callable from kernels and host code
 #else
-#define FA_HOST_DEVICE inline
+#define FA_HOST_DEVICE inline  ///< callable from kernels and host code
 #endif
