@@ -96,17 +96,21 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
   if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(static_cast<std::size_t>(p.q_elems()));
   DeviceBuffer<unsigned char> ws(workspace);
-  const DeviceTensors t{q.data(), k.data(), v.data(), o.data()};
+  DeviceBuffer<float> lse(stage.writes_lse ? static_cast<std::size_t>(p.rows()) : 0);
+  const DeviceTensors t{q.data(), k.data(), v.data(), o.data(), stage.writes_lse ? lse.data() : nullptr};
   const auto forward = [&] { stage.run(p, t, ws.data()); };
 
   // One checked run on a poisoned output: an element never written stays NaN and fails.
   o.fill_bytes(kPoisonByte);
+  lse.fill_bytes(kPoisonByte);
   forward();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> out = o.download();
   if (opt.check) {
     report.checked = true;
-    report.check = check_attention(p, in, out, sample_rows(p, opt.check_rows));
+    const std::vector<float> lse_out = lse.download();
+    report.check = check_attention(p, in, out, sample_rows(p, opt.check_rows),
+                                   stage.writes_lse ? &lse_out : nullptr);
   }
   if (!opt.save_dir.empty()) save_tensors(opt.save_dir, p, in, out);
 

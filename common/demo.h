@@ -22,6 +22,7 @@ struct DeviceTensors {
   const float* k;  ///< [B, H, Nkv, d]
   const float* v;  ///< [B, H, Nkv, d]
   float* o;        ///< [B, H, Nq, d], written by the stage
+  float* lse = nullptr;  ///< [B, H, Nq] log-sum-exp per query row, for stages that write it
 };
 
 /// What a stage tells the driver about itself.
@@ -29,6 +30,7 @@ struct StageDemo {
   std::string id;     ///< "01_naive": the stage's folder name
   std::string title;  ///< "naive three-kernel attention"
   bool supports_causal = true;  ///< false: --causal is refused with a clear message
+  bool writes_lse = false;      ///< true: the stage writes each row's log-sum-exp, and it is checked
   /// Device bytes the stage needs beyond Q, K, V, O (allocated by the driver, untimed).
   std::function<std::size_t(const AttentionProblem&)> workspace_bytes;
   /// Enqueues one forward pass. `workspace` has workspace_bytes(p) bytes.

@@ -1,11 +1,14 @@
-// Shared by every stage's tests: run a stage on fresh seeded inputs with a poisoned
-// output, and compare every row with the float64 reference.
+// Shared by every stage's tests: run a stage on fresh seeded inputs with poisoned
+// outputs, compare every row with the float64 reference, and the standard battery of
+// shapes every attention stage must pass.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -23,21 +26,26 @@ using StageFn = std::function<void(const AttentionProblem&, const DeviceTensors&
 
 /// What one run produced, and how it compared.
 struct StageResult {
-  std::vector<float> o;  ///< the full output
-  AttentionCheck check;  ///< against the reference, every row
+  std::vector<float> o;    ///< the full output
+  std::vector<float> lse;  ///< each row's log-sum-exp, when the stage writes it
+  AttentionCheck check;    ///< against the reference, every row
 };
 
-/// Runs `stage` once on random inputs (seed, magnitude) and checks every row.
+/// Runs `stage` once on random inputs (seed, magnitude) and checks every row, and the
+/// log-sum-exp of every row when `with_lse`.
 inline StageResult run_and_check(const AttentionProblem& p, const StageFn& stage, uint64_t seed,
-                                 float magnitude = 1.0f) {
+                                 float magnitude = 1.0f, bool with_lse = false) {
   const AttentionInputs in = random_inputs(p, seed, magnitude);
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(static_cast<size_t>(p.q_elems()));
+  DeviceBuffer<float> lse(with_lse ? static_cast<size_t>(p.rows()) : 0);
   o.fill_bytes(kPoisonByte);  // an element the stage never writes stays NaN and fails
-  stage(p, DeviceTensors{q.data(), k.data(), v.data(), o.data()});
+  lse.fill_bytes(kPoisonByte);
+  stage(p, DeviceTensors{q.data(), k.data(), v.data(), o.data(), with_lse ? lse.data() : nullptr});
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   StageResult r;
   r.o = o.download();
-  r.check = check_attention(p, in, r.o, all_rows(p));
+  r.lse = lse.download();
+  r.check = check_attention(p, in, r.o, all_rows(p), with_lse ? &r.lse : nullptr);
   return r;
 }
 
@@ -45,7 +53,49 @@ inline StageResult run_and_check(const AttentionProblem& p, const StageFn& stage
 inline void require_passed(const AttentionProblem& p, const StageResult& r) {
   INFO(describe(p));
   INFO(describe(r.check.o, output_namer(p, r.check.rows)));
+  if (r.check.has_lse) INFO(describe(r.check.lse, row_namer(p, r.check.rows, "lse")));
   REQUIRE(r.check.passed());
+}
+
+/// Query and key lengths that are not multiples of any tile, 1 included, Nq != Nkv.
+inline const std::vector<std::pair<int64_t, int64_t>>& ragged_lengths() {
+  static const std::vector<std::pair<int64_t, int64_t>> lengths = {
+      {1, 1}, {1, 257}, {7, 64}, {64, 7}, {100, 100}, {257, 1000}, {1000, 257}};
+  return lengths;
+}
+
+/// The battery every attention stage passes: ragged lengths for every head dim, many
+/// heads and batches, causal (if supported), and large-magnitude logits.
+inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal) {
+  uint64_t seed = 100;
+  SECTION("ragged lengths and every head dim") {
+    for (int64_t d : supported_head_dims()) {
+      for (auto [nq, nkv] : ragged_lengths()) {
+        const AttentionProblem p = make_problem(1, 2, nq, nkv, d);
+        require_passed(p, run_and_check(p, stage, ++seed, 1.0f, with_lse));
+      }
+    }
+  }
+  SECTION("many heads and batches") {
+    const AttentionProblem p = make_problem(3, 5, 64, 100, 32);
+    require_passed(p, run_and_check(p, stage, 7, 1.0f, with_lse));
+  }
+  if (causal) {
+    SECTION("causal mask") {
+      for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 257}, {257, 100}}) {
+        const AttentionProblem p = make_problem(2, 2, nq, nkv, 64, 0.0, /*causal=*/true);
+        require_passed(p, run_and_check(p, stage, 11, 1.0f, with_lse));
+      }
+    }
+  }
+  SECTION("large-magnitude logits stay finite and accurate") {
+    // Inputs in [-30, 30] at d = 64 give logits in the hundreds: exp() without the max
+    // subtraction would overflow to inf and the output would be NaN.
+    const AttentionProblem p = make_problem(1, 2, 100, 257, 64);
+    const StageResult r = run_and_check(p, stage, 5, 30.0f, with_lse);
+    for (float x : r.o) REQUIRE(std::isfinite(x));
+    require_passed(p, r);
+  }
 }
 
 }  // namespace fa::test
