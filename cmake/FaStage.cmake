@@ -1,4 +1,5 @@
-# fa_add_stage(<id> KERNELS <file.cu>... DEMO <demo.cpp> [DEPENDS <id>...] [TESTS <test.cpp>...])
+# fa_add_stage(<id> KERNELS <file.cu>... [SOURCES <host.cpp>...] DEMO <demo.cpp>
+#              [DEPENDS <id>...] [TESTS <test.cpp>...])
 #
 # Adds one stage, e.g. fa_add_stage(01_naive KERNELS naive_attention.cu DEMO demo.cpp
 # TESTS ${PROJECT_SOURCE_DIR}/tests/test_stage01_naive.cpp), which makes
@@ -25,15 +26,17 @@ function(fa_cpu_kernel_library target)
   add_library(${target} STATIC ${generated})
   target_link_libraries(${target} PUBLIC fa_runtime_cpu)
   target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-  target_compile_options(${target} PRIVATE "SHELL:-include fa_cpu/kernel.h"
-    $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wno-unused-function>)
+  # Only the rewritten kernel files see the CUDA keywords of kernel.h.
+  set_source_files_properties(${generated} PROPERTIES COMPILE_OPTIONS "-include;fa_cpu/kernel.h")
+  target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wno-unused-function>)
 endfunction()
 
 function(fa_add_stage id)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEMO" "KERNELS;TESTS;DEPENDS")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEMO" "KERNELS;SOURCES;TESTS;DEPENDS")
   set_property(GLOBAL APPEND PROPERTY FA_STAGES ${id})
   if(FA_HAVE_CPU_BACKEND)
     fa_cpu_kernel_library(fa_stage${id}_cpu ${ARG_KERNELS})
+    target_sources(fa_stage${id}_cpu PRIVATE ${ARG_SOURCES})
     foreach(dep IN LISTS ARG_DEPENDS)
       target_link_libraries(fa_stage${id}_cpu PUBLIC fa_stage${dep}_cpu)
     endforeach()
@@ -47,7 +50,7 @@ function(fa_add_stage id)
     return()
   endif()
   set(lib fa_stage${id}_cuda)
-  add_library(${lib} STATIC ${ARG_KERNELS})
+  add_library(${lib} STATIC ${ARG_KERNELS} ${ARG_SOURCES})
   target_link_libraries(${lib} PUBLIC fa_runtime_cuda)
   foreach(dep IN LISTS ARG_DEPENDS)
     target_link_libraries(${lib} PUBLIC fa_stage${dep}_cuda)

@@ -69,6 +69,7 @@ struct DemoOptions {
   int64_t check_rows = 1024;  ///< --check-rows: at most this many query rows checked
   bool json = false;       ///< --json
   bool brief = false;      ///< --brief
+  bool compare = false;    ///< --compare: also run the earlier stages on the same inputs
   std::string load_dir;    ///< --load
   std::string save_dir;    ///< --save
 };

@@ -53,13 +53,55 @@ void save_tensors(const std::string& dir, const AttentionProblem& p, const Atten
   save_npy(dir + "/o.npy", qs, out.data());
 }
 
+// Runs one stage on inputs already on the device: a checked run on poisoned outputs,
+// then warm-up and timed repeats. Allocates the stage's output and workspace itself.
+RunReport measure(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
+                  const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
+                  std::vector<float>* out_host) {
+  RunReport report;
+  report.stage = stage.id;
+  report.title = stage.title;
+  report.device = device;
+  report.problem = p;
+  report.workspace_bytes = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
+  report.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
+  if (stage.notes) report.notes = stage.notes(p);
+
+  DeviceBuffer<float> o(static_cast<std::size_t>(p.q_elems()));
+  DeviceBuffer<unsigned char> ws(report.workspace_bytes);
+  DeviceBuffer<float> lse(stage.writes_lse ? static_cast<std::size_t>(p.rows()) : 0);
+  DeviceTensors t = inputs;
+  t.o = o.data();
+  t.lse = stage.writes_lse ? lse.data() : nullptr;
+  const auto forward = [&] { stage.run(p, t, ws.data()); };
+
+  // One checked run on a poisoned output: an element never written stays NaN and fails.
+  o.fill_bytes(kPoisonByte);
+  lse.fill_bytes(kPoisonByte);
+  forward();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> out = o.download();
+  if (opt.check) {
+    report.checked = true;
+    const std::vector<float> lse_out = lse.download();
+    report.check = check_attention(p, in, out, sample_rows(p, opt.check_rows),
+                                   stage.writes_lse ? &lse_out : nullptr);
+  }
+  if (out_host) *out_host = std::move(out);
+
+  const Timing timing = time_device(forward, static_cast<int>(opt.warmup), static_cast<int>(opt.repeats));
+  report.median_ms = timing.median_ms();
+  report.warmup = opt.warmup;
+  report.repeats = opt.repeats;
+  return report;
+}
+
 int run(int argc, const char* const* argv, const StageDemo& stage) {
   DemoOptions opt = default_demo_options(is_cpu_backend());
   ArgParser parser(argv[0], "Stage " + stage.id + ": " + stage.title +
                                 ".\nRuns the stage on random (or loaded) inputs, checks it against "
                                 "a float64 CPU reference and reports its median time.");
   add_demo_options(parser, opt);
-  if (stage.add_options) stage.add_options(parser);
   if (!parser.parse(argc, argv)) return kExitPassed;  // --help
 
   // Validate what the command line says before touching the device.
@@ -81,52 +123,44 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
   // Everything is sized before anything is allocated, so a shape that cannot fit
   // fails with a clear message instead of a failed cudaMalloc halfway through.
   const std::size_t workspace = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
-  require_fits(device, p.qkvo_bytes() + workspace,
+  const std::size_t lse_bytes = stage.writes_lse ? static_cast<std::size_t>(p.rows()) * sizeof(float) : 0;
+  require_fits(device, p.qkvo_bytes() + workspace + lse_bytes,
                "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
-                   format_bytes(static_cast<double>(workspace)));
-
-  RunReport report;
-  report.stage = stage.id;
-  report.title = stage.title;
-  report.device = device;
-  report.problem = p;
-  report.workspace_bytes = workspace;
-  if (stage.notes) report.notes = stage.notes(p);
+                   format_bytes(static_cast<double>(workspace + lse_bytes)));
 
   if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
-  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(static_cast<std::size_t>(p.q_elems()));
-  DeviceBuffer<unsigned char> ws(workspace);
-  DeviceBuffer<float> lse(stage.writes_lse ? static_cast<std::size_t>(p.rows()) : 0);
-  const DeviceTensors t{q.data(), k.data(), v.data(), o.data(), stage.writes_lse ? lse.data() : nullptr};
-  const auto forward = [&] { stage.run(p, t, ws.data()); };
-
-  // One checked run on a poisoned output: an element never written stays NaN and fails.
-  o.fill_bytes(kPoisonByte);
-  lse.fill_bytes(kPoisonByte);
-  forward();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> out = o.download();
-  if (opt.check) {
-    report.checked = true;
-    const std::vector<float> lse_out = lse.download();
-    report.check = check_attention(p, in, out, sample_rows(p, opt.check_rows),
-                                   stage.writes_lse ? &lse_out : nullptr);
-  }
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
+  const DeviceTensors inputs{q.data(), k.data(), v.data(), nullptr, nullptr};
+  std::vector<float> out;
+  RunReport report = measure(stage, p, in, inputs, device, opt, &out);
   if (!opt.save_dir.empty()) save_tensors(opt.save_dir, p, in, out);
 
-  const Timing timing = time_device(forward, static_cast<int>(opt.warmup), static_cast<int>(opt.repeats));
-  report.median_ms = timing.median_ms();
-  report.warmup = opt.warmup;
-  report.repeats = opt.repeats;
+  // --compare: earlier stages on the same inputs, each only if it fits now.
+  if (opt.compare) {
+    for (const StageDemo& other : stage.compare_with) {
+      const std::size_t need = p.q_elems() * sizeof(float) + (other.workspace_bytes ? other.workspace_bytes(p) : 0) +
+                               (other.writes_lse ? static_cast<std::size_t>(p.rows()) * sizeof(float) : 0);
+      if (!other.causal_ok(p)) {
+        report.skipped.push_back(other.id + ": does not support --causal");
+      } else if (static_cast<double>(need) > 0.95 * static_cast<double>(require_device().free_bytes)) {
+        report.skipped.push_back(other.id + ": needs " + format_bytes(static_cast<double>(need)) + ", does not fit");
+      } else {
+        report.compared.push_back(measure(other, p, in, inputs, device, opt, nullptr));
+      }
+    }
+  }
 
+  bool passed = report.passed();
+  for (const RunReport& r : report.compared) passed = passed && r.passed();
   if (opt.json) {
     print_report_json(std::cout, report);
+    for (const RunReport& r : report.compared) print_report_json(std::cout, r);
   } else if (opt.brief) {
     std::cout << summary_line(report) << "\n";
   } else {
     print_report(std::cout, report);
   }
-  return report.passed() ? kExitPassed : kExitCheckFailed;
+  return passed ? kExitPassed : kExitCheckFailed;
 }
 
 }  // namespace

@@ -37,8 +37,13 @@ struct StageDemo {
   std::function<void(const AttentionProblem&, const DeviceTensors&, void* workspace)> run;
   /// Stage-specific report lines ("key", "value"), e.g. the size of the N×N buffer.
   std::function<std::vector<std::pair<std::string, std::string>>(const AttentionProblem&)> notes;
-  /// Extra flags the stage adds to the shared command line (optional).
-  std::function<void(ArgParser&)> add_options;
+  /// HBM bytes one forward pass moves according to the stage's IO model (optional).
+  std::function<double(const AttentionProblem&)> hbm_bytes;
+  /// Earlier stages that `--compare` runs on the same inputs, for a side-by-side table.
+  std::vector<StageDemo> compare_with;
+
+  /// Whether the stage can run this problem's mask.
+  bool causal_ok(const AttentionProblem& p) const { return supports_causal || !p.causal; }
 };
 
 /**

@@ -75,6 +75,7 @@ void print_report(std::ostream& out, const RunReport& r) {
   line("Q,K,V,O", format_bytes(static_cast<double>(r.problem.qkvo_bytes())));
   line("workspace", format_bytes(static_cast<double>(r.workspace_bytes)) +
                         " of device memory beyond Q, K, V, O");
+  if (r.hbm_model_bytes > 0) line("HBM model", format_bytes(r.hbm_model_bytes) + " moved per pass by the IO model");
   for (const auto& [key, value] : r.notes) line(key, value);
   if (r.repeats > 0) {
     line("time", "median " + fixed(r.median_ms, 3) + " ms over " + std::to_string(r.repeats) +
@@ -94,6 +95,22 @@ void print_report(std::ostream& out, const RunReport& r) {
   } else {
     line("check", "skipped (--no-check)");
   }
+  if (!r.compared.empty() || !r.skipped.empty()) {
+    out << "  side by side, same inputs (median ms; workspace = device memory beyond Q, K, V, O):\n";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "    %-18s %11s %9s %12s %12s  %s\n", "stage", "median ms", cpu ? "" : "TFLOP/s",
+                  "workspace", "HBM model", "check");
+    out << buf;
+    std::vector<const RunReport*> rows = {&r};
+    for (const RunReport& c : r.compared) rows.push_back(&c);
+    for (const RunReport* c : rows) {
+      std::snprintf(buf, sizeof buf, "    %-18s %11.3f %9s %12s %12s  %s\n", c->stage.c_str(), c->median_ms,
+                    cpu ? "" : fixed(c->tflops(), 2).c_str(), format_bytes(static_cast<double>(c->workspace_bytes)).c_str(),
+                    c->hbm_model_bytes > 0 ? format_bytes(c->hbm_model_bytes).c_str() : "-", verdict(*c));
+      out << buf;
+    }
+    for (const std::string& s : r.skipped) out << "    skipped " << s << "\n";
+  }
   out << summary_line(r) << "\n";
 }
 
@@ -108,7 +125,8 @@ void print_report_json(std::ostream& out, const RunReport& r) {
     << ",\"warmup\":" << r.warmup << ",\"repeats\":" << r.repeats
     << ",\"tflops\":" << (r.device.backend == "cpu" ? "null" : json_number(r.tflops()))
     << ",\"effective_gbps\":" << (r.device.backend == "cpu" ? "null" : json_number(r.effective_gbps()))
-    << ",\"qkvo_bytes\":" << p.qkvo_bytes() << ",\"workspace_bytes\":" << r.workspace_bytes;
+    << ",\"qkvo_bytes\":" << p.qkvo_bytes() << ",\"workspace_bytes\":" << r.workspace_bytes
+    << ",\"hbm_model_bytes\":" << json_number(r.hbm_model_bytes);
   if (r.checked) {
     s << ",\"rows_checked\":" << r.check.rows.size() << ",\"max_abs_err\":" << json_number(r.check.o.max_abs_err)
       << ",\"max_rel_err\":" << json_number(r.check.o.max_rel_err)

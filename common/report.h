@@ -27,10 +27,13 @@ struct RunReport {
   int64_t warmup = 0;       ///< untimed runs before timing
   int64_t repeats = 0;      ///< timed runs
   std::size_t workspace_bytes = 0;  ///< device memory allocated beyond Q, K, V, O
+  double hbm_model_bytes = 0;       ///< HBM bytes per pass by the stage's IO model (0: none given)
   bool checked = false;     ///< whether the output was compared with the reference
   AttentionCheck check;     ///< the comparison, when checked
   /// Stage-specific facts, shown as "key: value" lines and JSON string fields.
   std::vector<std::pair<std::string, std::string>> notes;
+  std::vector<RunReport> compared;   ///< --compare: earlier stages on the same inputs
+  std::vector<std::string> skipped;  ///< --compare: stages left out, and why
 
   double tflops() const;          ///< problem.flops() / time
   double effective_gbps() const;  ///< Q, K, V read once + O written once, over time

@@ -9,7 +9,14 @@
 
 #include "common/problem.h"
 
+namespace fa {
+struct StageDemo;
+}  // namespace fa
+
 namespace fa::naive {
+
+/// This stage as the shared demo driver sees it (stageNN demo, and --compare in later stages).
+StageDemo describe();
 
 /// Bytes of the N×N buffer S (= P after the softmax, in place): B·H·Nq·Nkv floats.
 std::size_t workspace_bytes(const AttentionProblem& p);

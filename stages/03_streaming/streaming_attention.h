@@ -8,7 +8,14 @@
 
 #include "common/problem.h"
 
+namespace fa {
+struct StageDemo;
+}  // namespace fa
+
 namespace fa::streaming {
+
+/// This stage as the shared demo driver sees it (stageNN demo, and --compare in later stages).
+StageDemo describe();
 
 /**
  * O = softmax(scale·Q·Kᵀ)·V with one CUDA thread per (batch, head, query row), and no
