@@ -9,7 +9,14 @@
 
 #include "common/problem.h"
 
+namespace fa {
+struct StageDemo;
+}  // namespace fa
+
 namespace fa::flash1 {
+
+/// This stage as the shared demo driver sees it (stageNN demo, and --compare in later stages).
+StageDemo describe();
 
 constexpr int Br = 64;  ///< query rows per tile
 constexpr int Bc = 64;  ///< key/value rows per tile
