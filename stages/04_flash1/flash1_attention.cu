@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
           lh[i0 + r] = l_new;
         }
       }
-      __syncthreads();  // Q_i and P̃ are overwritten by the next Q tile
+      __syncthreads();  // everyone is done with the tiles before the next Q tile, or the next K/V tile, overwrites them
     }
   }
 }
