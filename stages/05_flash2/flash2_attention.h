@@ -1,0 +1,40 @@
+/**
+ * \file flash2_attention.h
+ * \brief Stage 05's host interface: FlashAttention-2, the loops of stage 04 swapped.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/problem.h"
+
+namespace fa {
+struct StageDemo;
+}  // namespace fa
+
+namespace fa::flash2 {
+
+/// This stage as the shared demo driver sees it (stageNN demo, and --compare in later stages).
+StageDemo describe();
+
+constexpr int Br = 64;  ///< query rows per tile
+constexpr int Bc = 64;  ///< key/value rows per tile
+
+/// Shared memory one block uses for head dimension d: Q, K, V and P tiles.
+std::size_t shared_bytes(int64_t d);
+
+/**
+ * O = softmax(scale·Q·Kᵀ)·V, FlashAttention-2 style: one block per (Q tile, batch·head),
+ * all independent; Q tile loaded once, K/V tiles streamed through shared memory; m, l
+ * and the unnormalised O stay on chip; O divided by l once at the end.
+ * \param p the problem; \param Q, K, V the inputs; \param O the output;
+ * \param lse if not null, receives each query row's log-sum-exp m + log(l) (B·H·Nq floats).
+ */
+void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O,
+               float* lse = nullptr);
+
+/// HBM bytes this loop order moves according to the IO model (see the README).
+double hbm_bytes_model(const AttentionProblem& p);
+
+}  // namespace fa::flash2
