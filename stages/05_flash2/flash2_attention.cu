@@ -22,7 +22,9 @@
  *
  * What changed since stage 04: the two loops swapped; the state moved from HBM to
  * registers; one rescale factor instead of two (P is taken relative to the running
- * max directly); the division by l delayed to the end.
+ * max directly); the division by l delayed to the end. And, as FlashAttention-2 cuts
+ * non-matmul work: exp(x) = 2^(x·log2 e), with log2 e folded into the scale, so every
+ * exponential is one exp2f (the hardware's native ex2) instead of expf.
  * Cost: no workspace. HBM traffic: Q and O once; K and V once per Q tile.
  * Parallelism: B·H·⌈Nq/Br⌉ blocks.
  *
@@ -101,7 +103,9 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
   float* Oh = O + bh * seq_q * D;
 
   const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
-  load_tile<D>(Qs, L::QS, Qh + i0 * D, Br, q_valid, scale);  // once, for the whole loop
+  // Once, for the whole loop. Scores come out in base-2 units: s·log2(e).
+  constexpr float LOG2E = 1.4426950408889634f;
+  load_tile<D>(Qs, L::QS, Qh + i0 * D, Br, q_valid, scale * LOG2E);
 
   // The running state of this thread's rows, on chip for the whole loop.
   float m_run[ROWS], l_run[ROWS], o_acc[ROWS][D / TX] = {};
@@ -117,7 +121,7 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
     load_tile<D>(Vs, L::VS, Vh + j0 * D, Bc, kv_valid, 1.0f);
     __syncthreads();  // K_j, V_j (and, on the first pass, Q_i) are in shared memory
 
-    // S = scale·Q_i·K_jᵀ: this thread's 4×4 block, in registers.
+    // S = scale·log2(e)·Q_i·K_jᵀ: this thread's 4×4 block, in registers.
     float s[ROWS][COLS] = {};
     for (int k = 0; k < D; ++k) {
       float q[ROWS], kv[COLS];
@@ -127,8 +131,9 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
         for (int jj = 0; jj < COLS; ++jj) s[ii][jj] += q[ii] * kv[jj];
     }
 
-    // The new running max, P = exp(S − m_new) and its row sums; masked scores (past
-    // Nkv, or above the causal diagonal) are −inf and contribute exp(−inf) = 0.
+    // The new running max, P = 2^(S − m_new) and its row sums (base 2 throughout: the
+    // same numbers as exp() of the natural-unit scores); masked scores (past Nkv, or
+    // above the causal diagonal) are −inf and contribute 2^(−inf) = 0.
     float alpha[ROWS];
     for (int ii = 0; ii < ROWS; ++ii) {
       const int64_t row = i0 + ROWS * ty + ii;
@@ -139,10 +144,10 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
         mx = fmaxf(mx, s[ii][jj]);
       }
       const float m_new = fmaxf(m_run[ii], row_max(mx));
-      alpha[ii] = m_new == -INFINITY ? 1.0f : expf(m_run[ii] - m_new);  // 0 on the first tile
+      alpha[ii] = m_new == -INFINITY ? 1.0f : exp2f(m_run[ii] - m_new);  // 0 on the first tile
       float sum = 0.0f;
       for (int jj = 0; jj < COLS; ++jj) {
-        const float p = m_new == -INFINITY ? 0.0f : expf(s[ii][jj] - m_new);
+        const float p = m_new == -INFINITY ? 0.0f : exp2f(s[ii][jj] - m_new);
         Ps[(ROWS * ty + ii) * L::PS + tx + TX * jj] = p;
         sum += p;
       }
@@ -171,7 +176,8 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
     const float inv = 1.0f / l_run[ii];  // l >= 1: the max's own term is exp(0)
     float* o_row = Oh + (i0 + r) * D;
     for (int cc = 0; cc < D / TX; ++cc) o_row[tx + TX * cc] = o_acc[ii][cc] * inv;
-    if (lse && tx == 0) lse[bh * seq_q + i0 + r] = m_run[ii] + logf(l_run[ii]);
+    // Back to natural units: ln(l·2^m) = (m + log2 l)·ln 2.
+    if (lse && tx == 0) lse[bh * seq_q + i0 + r] = (m_run[ii] + log2f(l_run[ii])) * 0.6931471805599453f;
   }
 }
 
