@@ -47,8 +47,11 @@ static_assert(ROWS * 16 * TX == Br * TX && 16 * TX == THREADS, "tile and thread 
 /// Shared-memory row strides (floats). +1 puts consecutive rows in different banks.
 template <int D>
 struct Layout {
-  static constexpr int QS = D + 1, KS = D + 1, VS = D, PS = Bc + 1;
-  static constexpr int floats = Br * QS + Bc * KS + Bc * VS + Br * PS;
+  static constexpr int QS = D + 1;   ///< Q tile row stride
+  static constexpr int KS = D + 1;   ///< K tile row stride
+  static constexpr int VS = D;       ///< V tile row stride (read along rows: no padding needed)
+  static constexpr int PS = Bc + 1;  ///< P tile row stride
+  static constexpr int floats = Br * QS + Bc * KS + Bc * VS + Br * PS;  ///< the block's shared memory
 };
 
 /// Copies `rows` rows of D floats (16-byte aligned in global memory) into a tile with row
