@@ -2,6 +2,7 @@
 // memory, launch checks, and the failures it must report instead of hanging.
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -93,6 +94,8 @@ TEST_CASE("a bad launch configuration sets the error, as in CUDA", "[cpu_backend
   REQUIRE(k::bad_configuration(32, 100 * 1024, false) == cudaErrorInvalidConfiguration);
   REQUIRE(k::bad_configuration(32, 100 * 1024, true) == cudaSuccess);  // after opting in
   REQUIRE(cudaGetLastError() == cudaSuccess);
+  REQUIRE(std::string(cudaGetErrorName(cudaErrorInvalidConfiguration)) == "cudaErrorInvalidConfiguration");
+  REQUIRE(std::string(cudaGetErrorString(cudaErrorInvalidConfiguration)) == "invalid configuration argument");
 }
 
 TEST_CASE("a missing barrier shows up, and shake mode turns it into NaN", "[cpu_backend]") {

@@ -191,34 +191,44 @@ cudaError_t cudaGetLastError() {
 
 cudaError_t cudaPeekAtLastError() { return fa_cpu::g_last_error; }
 
-const char* cudaGetErrorName(cudaError_t err) {
-  switch (err) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+namespace {
+
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* text;
+};
+
+// CUDA's names and messages for the codes this backend returns.
+constexpr ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+};
+
+const ErrorText* find_error(cudaError_t err) {
+  for (const ErrorText& e : kErrors) {
+    if (e.code == err) return &e;
   }
-  return "cudaErrorUnknown";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* cudaGetErrorName(cudaError_t err) {
+  const ErrorText* e = find_error(err);
+  return e ? e->name : "cudaErrorUnknown";
 }
 
 const char* cudaGetErrorString(cudaError_t err) {
-  switch (err) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-  }
-  return "unknown error";
+  const ErrorText* e = find_error(err);
+  return e ? e->text : "unknown error";
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) {

@@ -26,6 +26,7 @@
 #include "stages/03_streaming/streaming_attention.h"
 
 #include "common/cuda_check.h"
+#include "common/head_dim.h"
 
 namespace fa::streaming {
 
@@ -95,13 +96,7 @@ void launch(const AttentionProblem& p, const float* Q, const float* K, const flo
 }  // namespace
 
 void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse) {
-  switch (p.dim) {
-    case 16: return launch<16>(p, Q, K, V, O, lse);
-    case 32: return launch<32>(p, Q, K, V, O, lse);
-    case 64: return launch<64>(p, Q, K, V, O, lse);
-    case 128: return launch<128>(p, Q, K, V, O, lse);
-    default: throw InputError("stage 03: head dim " + std::to_string(p.dim) + " is not supported");
-  }
+  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value>(p, Q, K, V, O, lse); });
 }
 
 }  // namespace fa::streaming

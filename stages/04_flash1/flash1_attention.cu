@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
+#include "common/head_dim.h"
 
 namespace fa::flash1 {
 
@@ -212,13 +213,7 @@ void launch(const AttentionProblem& p, const float* Q, const float* K, const flo
 }  // namespace
 
 std::size_t shared_bytes(int64_t d) {
-  switch (d) {
-    case 16: return Layout<16>::floats * sizeof(float);
-    case 32: return Layout<32>::floats * sizeof(float);
-    case 64: return Layout<64>::floats * sizeof(float);
-    case 128: return Layout<128>::floats * sizeof(float);
-    default: throw InputError("stage 04: head dim " + std::to_string(d) + " is not supported");
-  }
+  return with_head_dim(d, [](auto D) { return Layout<decltype(D)::value>::floats * sizeof(float); });
 }
 
 std::size_t workspace_bytes(const AttentionProblem& p) {
@@ -237,13 +232,7 @@ double hbm_bytes_model(const AttentionProblem& p) {
 
 void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* m,
                float* l) {
-  switch (p.dim) {
-    case 16: return launch<16>(p, Q, K, V, O, m, l);
-    case 32: return launch<32>(p, Q, K, V, O, m, l);
-    case 64: return launch<64>(p, Q, K, V, O, m, l);
-    case 128: return launch<128>(p, Q, K, V, O, m, l);
-    default: throw InputError("stage 04: head dim " + std::to_string(p.dim) + " is not supported");
-  }
+  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value>(p, Q, K, V, O, m, l); });
 }
 
 }  // namespace fa::flash1
