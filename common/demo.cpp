@@ -53,6 +53,12 @@ void save_tensors(const std::string& dir, const AttentionProblem& p, const Atten
   save_npy(dir + "/o.npy", qs, out.data());
 }
 
+// Device memory one run of `stage` allocates besides Q, K, V: O, its workspace, its lse.
+std::size_t run_bytes(const StageDemo& stage, const AttentionProblem& p) {
+  return static_cast<std::size_t>(p.q_elems()) * sizeof(float) + (stage.workspace_bytes ? stage.workspace_bytes(p) : 0) +
+         (stage.writes_lse ? static_cast<std::size_t>(p.rows()) * sizeof(float) : 0);
+}
+
 // Runs one stage on inputs already on the device: a checked run on poisoned outputs,
 // then warm-up and timed repeats. Allocates the stage's output and workspace itself.
 RunReport measure(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
@@ -122,11 +128,11 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
 
   // Everything is sized before anything is allocated, so a shape that cannot fit
   // fails with a clear message instead of a failed cudaMalloc halfway through.
-  const std::size_t workspace = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
-  const std::size_t lse_bytes = stage.writes_lse ? static_cast<std::size_t>(p.rows()) * sizeof(float) : 0;
-  require_fits(device, p.qkvo_bytes() + workspace + lse_bytes,
+  const std::size_t o_bytes = static_cast<std::size_t>(p.q_elems()) * sizeof(float);
+  const std::size_t extra = run_bytes(stage, p) - o_bytes;  // workspace and lse
+  require_fits(device, p.qkvo_bytes() + extra,
                "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
-                   format_bytes(static_cast<double>(workspace + lse_bytes)));
+                   format_bytes(static_cast<double>(extra)));
 
   if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
@@ -138,11 +144,10 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
   // --compare: earlier stages on the same inputs, each only if it fits now.
   if (opt.compare) {
     for (const StageDemo& other : stage.compare_with) {
-      const std::size_t need = p.q_elems() * sizeof(float) + (other.workspace_bytes ? other.workspace_bytes(p) : 0) +
-                               (other.writes_lse ? static_cast<std::size_t>(p.rows()) * sizeof(float) : 0);
+      const std::size_t need = run_bytes(other, p);
       if (!other.causal_ok(p)) {
         report.skipped.push_back(other.id + ": does not support --causal");
-      } else if (static_cast<double>(need) > 0.95 * static_cast<double>(require_device().free_bytes)) {
+      } else if (!fits(require_device(), need)) {
         report.skipped.push_back(other.id + ": needs " + format_bytes(static_cast<double>(need)) + ", does not fit");
       } else {
         report.compared.push_back(measure(other, p, in, inputs, device, opt, nullptr));

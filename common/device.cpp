@@ -37,10 +37,13 @@ DeviceInfo require_device() {
   return info;
 }
 
-void require_fits(const DeviceInfo& device, std::size_t bytes, const std::string& what) {
+bool fits(const DeviceInfo& device, std::size_t bytes) {
   // Keep a margin for the CUDA context and allocator granularity.
-  const double usable = 0.95 * static_cast<double>(device.free_bytes);
-  if (static_cast<double>(bytes) > usable) {
+  return static_cast<double>(bytes) <= 0.95 * static_cast<double>(device.free_bytes);
+}
+
+void require_fits(const DeviceInfo& device, std::size_t bytes, const std::string& what) {
+  if (!fits(device, bytes)) {
     throw ResourceError("this problem needs " + format_bytes(static_cast<double>(bytes)) + " (" +
                         what + ") but " + device.name + " has only " +
                         format_bytes(static_cast<double>(device.free_bytes)) +

@@ -26,6 +26,9 @@ bool is_cpu_backend();
 /// The current device. \throws NoGpuError when there is none (GPU build only).
 DeviceInfo require_device();
 
+/// Whether `bytes` fit in the device's free memory, keeping a margin for the context.
+bool fits(const DeviceInfo& device, std::size_t bytes);
+
 /**
  * Throws ResourceError, before anything is allocated, when `bytes` do not fit in the
  * device's free memory. `what` explains the bytes (e.g. "Q, K, V, O 1.00 GiB + S 8.00 GiB").
