@@ -165,13 +165,14 @@ struct PooledStack {
 // normally (destructors run, and AddressSanitizer sees every switch).
 struct AbortBlock {};
 
-std::vector<void*>& shared_regions() {
-  static std::vector<void*> regions;  // pairs: address, size
+// Every static __shared__ variable seen so far, for poison_shared.
+struct Region {
+  void* address;
+  std::size_t bytes;
+};
+std::vector<Region>& shared_regions() {
+  static std::vector<Region> regions;
   return regions;
-}
-std::vector<std::size_t>& shared_region_sizes() {
-  static std::vector<std::size_t> sizes;
-  return sizes;
 }
 
 void* g_dynamic_smem = nullptr;
@@ -514,8 +515,7 @@ void* dynamic_shared_memory(std::size_t alignment) {
 }
 
 SharedRegion::SharedRegion(void* address, std::size_t bytes) {
-  shared_regions().push_back(address);
-  shared_region_sizes().push_back(bytes);
+  shared_regions().push_back({address, bytes});
   if (options().poison_shared) std::memset(address, 0xFF, bytes);
 }
 
@@ -574,9 +574,7 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
         fa_cpu_blockIdx = uint3{x, y, z};
         if (options().poison_shared) {
           if (c.smem) std::memset(g_dynamic_smem, 0xFF, c.smem);
-          for (std::size_t r = 0; r < shared_regions().size(); ++r) {
-            std::memset(shared_regions()[r], 0xFF, shared_region_sizes()[r]);
-          }
+          for (const Region& r : shared_regions()) std::memset(r.address, 0xFF, r.bytes);
         }
         run_block(b, order);
       }
