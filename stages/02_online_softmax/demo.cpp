@@ -167,6 +167,8 @@ int run(int argc, char** argv) {
     return fa::kExitPassed;
   }
   if (!opt.load_dir.empty() || !opt.save_dir.empty()) throw fa::UsageError("stage 02 does not read or write .npy files");
+  if (opt.causal) throw fa::UsageError("--causal has no meaning for stage 02: it is a softmax of a given matrix");
+  if (opt.compare) throw fa::UsageError("--compare: stage 02 always runs stage 01's softmax beside its own");
 
   const fa::AttentionProblem shape = fa::make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim);
   const int64_t rows = shape.rows(), cols = shape.seq_kv;
