@@ -20,21 +20,41 @@ ArgParser::Option* ArgParser::find(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+// One integer of option `name`'s value `text`, at least `min`.
+int64_t parse_int(const std::string& name, const std::string& text, int64_t min) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) {
+    throw UsageError("--" + name + ": expected an integer, got '" + text + "'");
+  }
+  if (value < min) {
+    throw UsageError("--" + name + ": must be at least " + std::to_string(min) + ", got " + text);
+  }
+  return value;
+}
+
+}  // namespace
+
 void ArgParser::add_int(const std::string& name, int64_t* target, const std::string& help,
                         int64_t min) {
   options_.push_back({name, help, "N", std::to_string(*target), true,
-                      [=](const std::string& text) {
-                        int64_t value = 0;
-                        const char* end = text.data() + text.size();
-                        auto [ptr, ec] = std::from_chars(text.data(), end, value);
-                        if (ec != std::errc() || ptr != end) {
-                          throw UsageError("--" + name + ": expected an integer, got '" + text + "'");
-                        }
-                        if (value < min) {
-                          throw UsageError("--" + name + ": must be at least " + std::to_string(min) +
-                                           ", got " + text);
-                        }
-                        *target = value;
+                      [=](const std::string& text) { *target = parse_int(name, text, min); }});
+}
+
+void ArgParser::add_int_list(const std::string& name, std::vector<int64_t>* target,
+                             const std::string& help, int64_t min) {
+  std::string def;
+  for (int64_t v : *target) def += (def.empty() ? "" : ",") + std::to_string(v);
+  options_.push_back({name, help, "N,N,...", def, true, [=](const std::string& text) {
+                        std::vector<int64_t> values;
+                        std::stringstream in(text);
+                        std::string item;
+                        while (std::getline(in, item, ',')) values.push_back(parse_int(name, item, min));
+                        if (values.empty()) throw UsageError("--" + name + ": needs at least one value");
+                        *target = values;
                       }});
 }
 

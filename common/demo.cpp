@@ -53,17 +53,82 @@ void save_tensors(const std::string& dir, const AttentionProblem& p, const Atten
   save_npy(dir + "/o.npy", qs, out.data());
 }
 
-// Device memory one run of `stage` allocates besides Q, K, V: O, its workspace, its lse.
-std::size_t run_bytes(const StageDemo& stage, const AttentionProblem& p) {
+int run(int argc, const char* const* argv, const StageDemo& stage) {
+  DemoOptions opt = default_demo_options(is_cpu_backend());
+  ArgParser parser(argv[0], "Stage " + stage.id + ": " + stage.title +
+                                ".\nRuns the stage on random (or loaded) inputs, checks it against "
+                                "a float64 CPU reference and reports its median time.");
+  add_demo_options(parser, opt);
+  if (!parser.parse(argc, argv)) return kExitPassed;  // --help
+
+  // Validate what the command line says before touching the device.
+  AttentionProblem p;
+  AttentionInputs in;
+  if (!opt.load_dir.empty()) {
+    for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
+      if (parser.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
+    }
+  } else {
+    p = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal);
+  }
+  if (opt.causal && !stage.supports_causal) {
+    throw InputError("stage " + stage.id + " does not support --causal yet");
+  }
+  const DeviceInfo device = require_device();
+  if (!opt.load_dir.empty()) in = load_inputs(opt.load_dir, opt, &p);
+
+  // Everything is sized before anything is allocated, so a shape that cannot fit
+  // fails with a clear message instead of a failed cudaMalloc halfway through.
+  const std::size_t o_bytes = static_cast<std::size_t>(p.q_elems()) * sizeof(float);
+  const std::size_t extra = stage_run_bytes(stage, p) - o_bytes;  // workspace and lse
+  require_fits(device, p.qkvo_bytes() + extra,
+               "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
+                   format_bytes(static_cast<double>(extra)));
+
+  if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
+  const DeviceTensors inputs{q.data(), k.data(), v.data(), nullptr, nullptr};
+  std::vector<float> out;
+  RunReport report = measure_stage(stage, p, in, inputs, device, opt, &out);
+  if (!opt.save_dir.empty()) save_tensors(opt.save_dir, p, in, out);
+
+  // --compare: earlier stages on the same inputs, each only if it fits now.
+  if (opt.compare) {
+    for (const StageDemo& other : stage.compare_with) {
+      const std::size_t need = stage_run_bytes(other, p);
+      if (!other.causal_ok(p)) {
+        report.skipped.push_back(other.id + ": does not support --causal");
+      } else if (!fits(require_device(), need)) {
+        report.skipped.push_back(other.id + ": needs " + format_bytes(static_cast<double>(need)) + ", does not fit");
+      } else {
+        report.compared.push_back(measure_stage(other, p, in, inputs, device, opt, nullptr));
+      }
+    }
+  }
+
+  bool passed = report.passed();
+  for (const RunReport& r : report.compared) passed = passed && r.passed();
+  if (opt.json) {
+    print_report_json(std::cout, report);
+    for (const RunReport& r : report.compared) print_report_json(std::cout, r);
+  } else if (opt.brief) {
+    std::cout << summary_line(report) << "\n";
+  } else {
+    print_report(std::cout, report);
+  }
+  return passed ? kExitPassed : kExitCheckFailed;
+}
+
+}  // namespace
+
+std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p) {
   return static_cast<std::size_t>(p.q_elems()) * sizeof(float) + (stage.workspace_bytes ? stage.workspace_bytes(p) : 0) +
          (stage.writes_lse ? static_cast<std::size_t>(p.rows()) * sizeof(float) : 0);
 }
 
-// Runs one stage on inputs already on the device: a checked run on poisoned outputs,
-// then warm-up and timed repeats. Allocates the stage's output and workspace itself.
-RunReport measure(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
-                  const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
-                  std::vector<float>* out_host) {
+RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
+                        const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
+                        std::vector<float>* out_host) {
   RunReport report;
   report.stage = stage.id;
   report.title = stage.title;
@@ -101,74 +166,6 @@ RunReport measure(const StageDemo& stage, const AttentionProblem& p, const Atten
   report.repeats = opt.repeats;
   return report;
 }
-
-int run(int argc, const char* const* argv, const StageDemo& stage) {
-  DemoOptions opt = default_demo_options(is_cpu_backend());
-  ArgParser parser(argv[0], "Stage " + stage.id + ": " + stage.title +
-                                ".\nRuns the stage on random (or loaded) inputs, checks it against "
-                                "a float64 CPU reference and reports its median time.");
-  add_demo_options(parser, opt);
-  if (!parser.parse(argc, argv)) return kExitPassed;  // --help
-
-  // Validate what the command line says before touching the device.
-  AttentionProblem p;
-  AttentionInputs in;
-  if (!opt.load_dir.empty()) {
-    for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
-      if (parser.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
-    }
-  } else {
-    p = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal);
-  }
-  if (opt.causal && !stage.supports_causal) {
-    throw InputError("stage " + stage.id + " does not support --causal yet");
-  }
-  const DeviceInfo device = require_device();
-  if (!opt.load_dir.empty()) in = load_inputs(opt.load_dir, opt, &p);
-
-  // Everything is sized before anything is allocated, so a shape that cannot fit
-  // fails with a clear message instead of a failed cudaMalloc halfway through.
-  const std::size_t o_bytes = static_cast<std::size_t>(p.q_elems()) * sizeof(float);
-  const std::size_t extra = run_bytes(stage, p) - o_bytes;  // workspace and lse
-  require_fits(device, p.qkvo_bytes() + extra,
-               "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
-                   format_bytes(static_cast<double>(extra)));
-
-  if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
-  DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
-  const DeviceTensors inputs{q.data(), k.data(), v.data(), nullptr, nullptr};
-  std::vector<float> out;
-  RunReport report = measure(stage, p, in, inputs, device, opt, &out);
-  if (!opt.save_dir.empty()) save_tensors(opt.save_dir, p, in, out);
-
-  // --compare: earlier stages on the same inputs, each only if it fits now.
-  if (opt.compare) {
-    for (const StageDemo& other : stage.compare_with) {
-      const std::size_t need = run_bytes(other, p);
-      if (!other.causal_ok(p)) {
-        report.skipped.push_back(other.id + ": does not support --causal");
-      } else if (!fits(require_device(), need)) {
-        report.skipped.push_back(other.id + ": needs " + format_bytes(static_cast<double>(need)) + ", does not fit");
-      } else {
-        report.compared.push_back(measure(other, p, in, inputs, device, opt, nullptr));
-      }
-    }
-  }
-
-  bool passed = report.passed();
-  for (const RunReport& r : report.compared) passed = passed && r.passed();
-  if (opt.json) {
-    print_report_json(std::cout, report);
-    for (const RunReport& r : report.compared) print_report_json(std::cout, r);
-  } else if (opt.brief) {
-    std::cout << summary_line(report) << "\n";
-  } else {
-    print_report(std::cout, report);
-  }
-  return passed ? kExitPassed : kExitCheckFailed;
-}
-
-}  // namespace
 
 int run_guarded(const char* program, const std::function<int()>& body) {
   try {

@@ -46,6 +46,25 @@ struct StageDemo {
   bool causal_ok(const AttentionProblem& p) const { return supports_causal || !p.causal; }
 };
 
+struct AttentionInputs;
+struct DeviceInfo;
+struct RunReport;
+
+/// Device bytes one run of `stage` allocates besides Q, K and V: O, its workspace, its lse.
+std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p);
+
+/**
+ * Runs one stage on inputs already on the device (`inputs`: Q, K, V; `in`: their host
+ * copies, for the check): one run on a poisoned output, checked against the float64
+ * reference on `opt.check_rows` rows when `opt.check`, then `opt.warmup` untimed and
+ * `opt.repeats` timed runs. Allocates the stage's output and workspace itself; the
+ * caller makes sure stage_run_bytes() fit. With warmup = repeats = 0 the stage runs
+ * exactly once (what a profiler wants). `out_host`, if given, receives O.
+ */
+RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
+                        const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
+                        std::vector<float>* out_host = nullptr);
+
 /**
  * Runs a stage's demo: parses the command line, builds random (or loaded) inputs,
  * checks that everything fits before allocating, poisons O, runs once and checks the

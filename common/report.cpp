@@ -30,6 +30,8 @@ std::string device_label(const RunReport& r) {
   return r.device.backend == "cpu" ? "CPU backend" : "GPU: " + r.device.name;
 }
 
+}  // namespace
+
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -51,15 +53,12 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-// JSON has no NaN or infinity: write null for them.
 std::string json_number(double x) {
   if (!std::isfinite(x)) return "null";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.6g", x);
   return buf;
 }
-
-}  // namespace
 
 void print_report(std::ostream& out, const RunReport& r) {
   const bool cpu = r.device.backend == "cpu";

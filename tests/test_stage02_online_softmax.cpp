@@ -1,6 +1,6 @@
 // Stage 02: the online recurrence by hand, and the kernel against the float64
 // reference: ragged row lengths, -inf entries and rows, ±1e4 values, identical values,
-// and each row's m and l themselves.
+// and each row's m and l themselves; and stage 01's attention with this softmax inside.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -9,8 +9,10 @@
 #include "common/device_buffer.h"
 #include "common/random.h"
 #include "common/verify.h"
+#include "stages/01_naive/naive_attention.h"
 #include "stages/02_online_softmax/online_softmax.h"
 #include "tests/catch.h"
+#include "tests/stage_check.h"
 
 using Catch::Matchers::WithinAbs;
 namespace online = fa::online;
@@ -115,4 +117,12 @@ TEST_CASE("stage 02 works in place", "[stage02]") {
   const std::vector<float> x = fa::random_uniform(rows * cols, 9, 5.0f);
   const Result r = run_online(x, rows, cols, /*in_place=*/true);
   REQUIRE(fa::check_softmax(x.data(), rows, cols, r.p.data(), r.m.data(), r.l.data()).passed());
+}
+
+TEST_CASE("stage 01's attention with the online softmax matches the reference", "[stage02]") {
+  const auto run = [](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
+    fa::DeviceBuffer<float> S(fa::naive::workspace_bytes(p) / sizeof(float));
+    fa::naive::attention(p, t.q, t.k, t.v, t.o, S.data(), online::softmax_rows_only);
+  };
+  fa::test::check_attention_stage(run, /*with_lse=*/false, /*causal=*/true);
 }

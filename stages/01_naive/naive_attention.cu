@@ -187,12 +187,12 @@ void softmax_rows(const float* in, float* out, int64_t rows, int64_t cols) {
 }
 
 void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V,
-               float* O, float* S) {
+               float* O, float* S, RowSoftmax softmax) {
   const int64_t bh = p.batch_heads();
   // 1. S = scale · Q·Kᵀ  (Nq×d times d×Nkv per head), masked if causal
   tiled_matmul</*TransposeB=*/true>(Q, K, S, p.seq_q, p.seq_kv, p.dim, bh, p.scale, p.causal);
   // 2. P = softmax(S), row by row, in place
-  softmax_rows(S, S, bh * p.seq_q, p.seq_kv);
+  softmax(S, S, bh * p.seq_q, p.seq_kv);
   // 3. O = P·V  (Nq×Nkv times Nkv×d per head)
   tiled_matmul</*TransposeB=*/false>(S, V, O, p.seq_q, p.dim, p.seq_kv, bh, 1.0f, false);
 }

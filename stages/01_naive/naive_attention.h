@@ -21,14 +21,9 @@ StageDemo describe();
 /// Bytes of the N×N buffer S (= P after the softmax, in place): B·H·Nq·Nkv floats.
 std::size_t workspace_bytes(const AttentionProblem& p);
 
-/**
- * O = softmax(scale·Q·Kᵀ)·V in three kernel launches on the default stream.
- * \param p the problem; \param Q, K, V the inputs; \param O the output;
- * \param S device buffer of workspace_bytes(p) bytes; holds S, then P.
- * All pointers are device pointers; shapes as in problem.h.
- */
-void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V,
-               float* O, float* S);
+/// A row softmax over a device matrix: `in` and `out` (which may be the same buffer)
+/// hold `rows` rows of `cols` floats.
+using RowSoftmax = void (*)(const float* in, float* out, int64_t rows, int64_t cols);
 
 /**
  * Row softmax, three sweeps over each row (max, sum of exponentials, normalise).
@@ -36,5 +31,16 @@ void attention(const AttentionProblem& p, const float* Q, const float* K, const 
  * Stage 02 reuses this kernel as its baseline.
  */
 void softmax_rows(const float* in, float* out, int64_t rows, int64_t cols);
+
+/**
+ * O = softmax(scale·Q·Kᵀ)·V in three kernel launches on the default stream.
+ * \param p the problem; \param Q, K, V the inputs; \param O the output;
+ * \param S device buffer of workspace_bytes(p) bytes; holds S, then P.
+ * \param softmax the middle step; stage 02 passes its online softmax here to show
+ *        that a better softmax alone still leaves the N×N matrix in HBM.
+ * All pointers are device pointers; shapes as in problem.h.
+ */
+void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V,
+               float* O, float* S, RowSoftmax softmax = softmax_rows);
 
 }  // namespace fa::naive

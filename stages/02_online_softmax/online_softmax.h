@@ -10,7 +10,18 @@
 
 #include "common/host_device.h"
 
+namespace fa {
+struct StageDemo;
+}  // namespace fa
+
 namespace fa::online {
+
+/**
+ * Stage 01's three-kernel attention with this stage's softmax in the middle, as the
+ * demo driver and the benchmark see it. The N×N matrix still goes to HBM: a better
+ * softmax alone does not remove it (stage 03 does).
+ */
+StageDemo describe();
 
 /// What the online softmax keeps per row: the running max m and running sum l, with
 /// l = Σ exp(x − m) over the values seen so far.
@@ -58,5 +69,8 @@ FA_HOST_DEVICE Stats merge(Stats a, Stats b) {
  * All pointers are device pointers.
  */
 void softmax_rows(const float* in, float* out, float* m, float* l, int64_t rows, int64_t cols);
+
+/// The same without the m and l outputs, in the form stage 01's attention() takes.
+void softmax_rows_only(const float* in, float* out, int64_t rows, int64_t cols);
 
 }  // namespace fa::online

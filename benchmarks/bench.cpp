@@ -1,0 +1,369 @@
+/**
+ * \file benchmarks/bench.cpp
+ * \brief fa_bench: every stage, and the cuBLAS baseline, over a sweep of sequence
+ *        lengths on the same inputs; one CSV row and one JSON object per measurement.
+ *
+ * \code
+ * fa_bench                                   # B=4 H=32, d = 64 and 128, N = 512 ... 16384
+ * fa_bench --dim 64 --seq 1024,4096 --stages 01_naive,05_flash2
+ * fa_bench --csv results/bench.csv --json results/bench.json
+ * fa_bench --profile --batch 1 --seq 4096 --stages 04_flash1   # one pass, for Nsight Compute
+ * \endcode
+ *
+ * For each (d, N) the inputs are drawn once and every stage runs on them: one checked
+ * run on a poisoned output (a sample of rows against the float64 reference), warm-up,
+ * then timed repeats (CUDA events, median). A stage whose memory does not fit is
+ * skipped with a note. fa_bench_cpu runs the same harness on the CPU backend, labelled
+ * as such: its times say nothing about a GPU.
+ */
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/cuda_check.h"
+#include "common/demo.h"
+#include "common/device.h"
+#include "common/device_buffer.h"
+#include "common/errors.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "common/report.h"
+#include "stages/01_naive/naive_attention.h"
+#include "stages/02_online_softmax/online_softmax.h"
+#include "stages/03_streaming/streaming_attention.h"
+#include "stages/04_flash1/flash1_attention.h"
+#include "stages/05_flash2/flash2_attention.h"
+#if !FA_CPU_BACKEND
+#include "benchmarks/cublas_baseline.h"
+#endif
+
+namespace {
+
+using fa::AttentionProblem;
+using fa::StageDemo;
+
+struct BenchOptions {
+  int64_t batch = 4, heads = 32;
+  std::vector<int64_t> dims = {64, 128};
+  std::vector<int64_t> seqs = {512, 1024, 2048, 4096, 8192, 16384};
+  std::string stages = "all";
+  int64_t warmup = 2;
+  int64_t repeats = 10;      // at most
+  int64_t min_repeats = 3;   // at least, however slow
+  double seconds = 0.5;      // timed seconds per point the repeat count aims for
+  int64_t check_rows = 128;
+  uint64_t seed = 2024;
+  std::string csv, json;
+  bool profile = false;
+  bool list = false;
+};
+
+// One measured (or skipped) point: a row of the CSV, an object of the JSON.
+struct Row {
+  std::string name, title, status, note;
+  AttentionProblem p;
+  double median_ms = 0, tflops = 0, max_abs_err = -1, hbm_model_bytes = 0;
+  int64_t repeats = 0, checked_rows = 0;
+  std::size_t workspace_bytes = 0, device_bytes = 0;
+};
+
+// Facts every row repeats, so each CSV line stands on its own.
+struct Context {
+  fa::DeviceInfo device;
+  std::string cuda;  // "13.0", or "none" on the CPU backend
+  std::string date;  // UTC, ISO 8601
+  std::string command;
+};
+
+std::vector<StageDemo> all_stages() {
+  std::vector<StageDemo> s = {fa::naive::describe(), fa::online::describe(), fa::streaming::describe(),
+                              fa::flash1::describe(), fa::flash2::describe()};
+#if !FA_CPU_BACKEND
+  s.push_back(fa::bench::cublas_baseline());
+#endif
+  return s;
+}
+
+std::vector<StageDemo> select_stages(const std::string& names) {
+  const std::vector<StageDemo> all = all_stages();
+  if (names == "all") return all;
+  std::vector<StageDemo> picked;
+  std::stringstream in(names);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    bool found = false;
+    for (const StageDemo& s : all) {
+      if (s.id == name) picked.push_back(s), found = true;
+    }
+    if (!found) throw fa::UsageError("--stages: unknown stage '" + name + "' (see --list)");
+  }
+  if (picked.empty()) throw fa::UsageError("--stages: needs at least one stage");
+  return picked;
+}
+
+std::string cuda_version() {
+#if FA_CPU_BACKEND
+  return "none";
+#else
+  int v = 0;
+  FA_CUDA_CHECK(cudaRuntimeGetVersion(&v));
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+#endif
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string num(double x, const char* fmt = "%.6g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, x);
+  return buf;
+}
+
+const char* kCsvHeader =
+    "source,name,precision,backend,device,cuda,batch,heads,seq_q,seq_kv,dim,causal,median_ms,repeats,"
+    "tflops,workspace_bytes,device_bytes,hbm_model_bytes,max_abs_err,checked_rows,status,note";
+
+std::string csv_line(const Context& c, const Row& r) {
+  const bool measured = r.status == "passed" || r.status == "FAILED" || r.status == "unchecked";
+  std::ostringstream s;
+  s << (r.name == "cublas_baseline" ? "cublas" : "stages") << "," << r.name << ",fp32," << c.device.backend << ","
+    << csv_field(c.device.name) << "," << c.cuda << "," << r.p.batch << "," << r.p.heads << "," << r.p.seq_q << ","
+    << r.p.seq_kv << "," << r.p.dim << "," << (r.p.causal ? 1 : 0) << ","
+    << (measured && r.repeats > 0 ? num(r.median_ms) : "") << "," << r.repeats << ","
+    << (measured && r.repeats > 0 && c.device.backend != "cpu" ? num(r.tflops, "%.4g") : "") << ","
+    << r.workspace_bytes << ","
+    << r.device_bytes << "," << num(r.hbm_model_bytes, "%.0f") << ","
+    << (r.max_abs_err >= 0 ? num(r.max_abs_err, "%.3g") : "") << "," << r.checked_rows << "," << r.status
+    << "," << csv_field(r.note);
+  return s.str();
+}
+
+std::string json_object(const Row& r) {
+  std::ostringstream s;
+  s << "{\"name\":\"" << fa::json_escape(r.name) << "\",\"title\":\"" << fa::json_escape(r.title)
+    << "\",\"batch\":" << r.p.batch << ",\"heads\":" << r.p.heads << ",\"seq_q\":" << r.p.seq_q
+    << ",\"seq_kv\":" << r.p.seq_kv << ",\"dim\":" << r.p.dim << ",\"causal\":" << (r.p.causal ? "true" : "false")
+    << ",\"median_ms\":" << (r.repeats > 0 ? fa::json_number(r.median_ms) : "null")
+    << ",\"repeats\":" << r.repeats << ",\"tflops\":" << (r.repeats > 0 ? fa::json_number(r.tflops) : "null")
+    << ",\"workspace_bytes\":" << r.workspace_bytes << ",\"device_bytes\":" << r.device_bytes
+    << ",\"hbm_model_bytes\":" << fa::json_number(r.hbm_model_bytes)
+    << ",\"max_abs_err\":" << (r.max_abs_err >= 0 ? fa::json_number(r.max_abs_err) : "null")
+    << ",\"checked_rows\":" << r.checked_rows << ",\"status\":\"" << r.status << "\",\"note\":\""
+    << fa::json_escape(r.note) << "\"}";
+  return s.str();
+}
+
+void write_json(const std::string& path, const Context& c, const std::vector<Row>& rows) {
+  std::ofstream out(path);
+  if (!out) throw fa::InputError(path + ": cannot write");
+  out << "{\"tool\":\"fa_bench\",\"device\":\"" << fa::json_escape(c.device.name) << "\",\"backend\":\""
+      << c.device.backend << "\",\"compute_capability\":\"" << c.device.cc_major << "." << c.device.cc_minor
+      << "\",\"memory_bytes\":" << c.device.total_bytes << ",\"cuda\":\"" << c.cuda << "\",\"date\":\"" << c.date << "\",\"command\":\""
+      << fa::json_escape(c.command) << "\",\"rows\":[\n";
+  for (size_t i = 0; i < rows.size(); ++i) out << "  " << json_object(rows[i]) << (i + 1 < rows.size() ? ",\n" : "\n");
+  out << "]}\n";
+}
+
+// Remembers each stage's last time, to choose how many repeats the next point gets.
+class RepeatPlanner {
+ public:
+  explicit RepeatPlanner(const BenchOptions& o) : o_(o) {}
+  // Warm-up and repeats for `stage` on `p`: as many repeats as fit in o.seconds,
+  // between o.min_repeats and o.repeats; one warm-up run for a slow point.
+  std::pair<int64_t, int64_t> plan(const std::string& stage, const AttentionProblem& p) const {
+    const auto it = last_.find(stage);
+    if (it == last_.end()) return {o_.warmup, o_.repeats};
+    const double estimate_ms = it->second.second * p.flops() / it->second.first;
+    const double fit = o_.seconds * 1000.0 / std::max(estimate_ms, 1e-3);
+    const int64_t repeats = std::clamp<int64_t>(static_cast<int64_t>(fit), o_.min_repeats, o_.repeats);
+    return {estimate_ms > 250.0 ? std::min<int64_t>(o_.warmup, 1) : o_.warmup, repeats};
+  }
+  void record(const std::string& stage, const AttentionProblem& p, double ms) {
+    if (ms > 0) last_[stage] = {p.flops(), ms};
+  }
+
+ private:
+  const BenchOptions& o_;
+  std::map<std::string, std::pair<double, double>> last_;  // stage -> (flops, ms)
+};
+
+// Measures one stage on one shape whose inputs are already on the device.
+Row measure_point(const StageDemo& stage, const AttentionProblem& p, const fa::AttentionInputs& in,
+                  const fa::DeviceTensors& inputs, const fa::DeviceInfo& device, const BenchOptions& o,
+                  RepeatPlanner& planner) {
+  Row r;
+  r.name = stage.id;
+  r.title = stage.title;
+  r.p = p;
+  r.workspace_bytes = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
+  r.device_bytes = static_cast<std::size_t>(p.q_elems() + 2 * p.kv_elems()) * sizeof(float) +
+                   fa::stage_run_bytes(stage, p);
+  r.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
+  const std::size_t need = fa::stage_run_bytes(stage, p);
+  const fa::DeviceInfo now = fa::require_device();  // free memory with Q, K, V allocated
+  if (!fa::fits(now, need)) {
+    r.status = "skipped";
+    r.note = "needs " + fa::format_bytes(static_cast<double>(need)) + " beyond Q, K, V; " +
+             fa::format_bytes(static_cast<double>(now.free_bytes)) + " free";
+    return r;
+  }
+  fa::DemoOptions opt;
+  opt.check = !o.profile;
+  opt.check_rows = o.check_rows;
+  const auto [warmup, repeats] = planner.plan(stage.id, p);
+  opt.warmup = o.profile ? 0 : warmup;
+  opt.repeats = o.profile ? 0 : repeats;
+  try {
+    const fa::RunReport rep = fa::measure_stage(stage, p, in, inputs, device, opt);
+    r.median_ms = rep.median_ms;
+    r.repeats = rep.repeats;
+    r.tflops = rep.repeats > 0 ? rep.tflops() : 0.0;
+    if (rep.checked) {
+      r.max_abs_err = rep.check.o.max_abs_err;
+      r.checked_rows = static_cast<int64_t>(rep.check.rows.size());
+    }
+    r.status = !rep.checked ? "unchecked" : rep.check.passed() ? "passed" : "FAILED";
+    if (!rep.passed()) r.note = fa::describe(rep.check.o, fa::output_namer(p, rep.check.rows));
+    planner.record(stage.id, p, r.median_ms);
+  } catch (const fa::CudaError& e) {
+    // Out of memory despite the estimate is a skip; a fault that poisoned the context is not.
+    cudaGetLastError();
+    if (cudaDeviceSynchronize() != cudaSuccess) throw;
+    r.status = "skipped";
+    r.note = e.what();
+  }
+  return r;
+}
+
+std::string progress_line(const Row& r) {
+  char buf[256];
+  if (r.status == "skipped") {
+    std::snprintf(buf, sizeof buf, "%-18s skipped: %s", r.name.c_str(), r.note.c_str());
+  } else if (r.repeats == 0) {
+    std::snprintf(buf, sizeof buf, "%-18s ran once (profile mode)", r.name.c_str());
+  } else {
+    const std::string rate = fa::is_cpu_backend() ? "(CPU backend)" : num(r.tflops, "%.2f") + " TFLOP/s";
+    std::snprintf(buf, sizeof buf, "%-18s %10.3f ms %15s  max err %-9s %s", r.name.c_str(), r.median_ms,
+                  rate.c_str(), r.max_abs_err >= 0 ? num(r.max_abs_err, "%.2e").c_str() : "-", r.status.c_str());
+  }
+  return buf;
+}
+
+int run(int argc, const char* const* argv) {
+  const bool cpu = fa::is_cpu_backend();
+  BenchOptions o;
+  if (cpu) {  // every CUDA thread is a fiber on one core: keep the sweep small
+    o.batch = 1, o.heads = 2, o.dims = {64}, o.seqs = {64, 128, 256};
+    o.warmup = 0, o.repeats = 1, o.min_repeats = 1;
+  }
+  fa::ArgParser parser(argv[0], std::string("Benchmarks every stage") + (cpu ? "" : " and a cuBLAS baseline") +
+                                    " over a sweep of sequence lengths, on the same inputs, and writes "
+                                    "CSV and JSON rows." +
+                                    (cpu ? "\nCPU backend: the times measure the simulator, not a GPU." : ""));
+  parser.add_int("batch", &o.batch, "batch size B");
+  parser.add_int("heads", &o.heads, "heads per batch entry H");
+  parser.add_int_list("dim", &o.dims, "head dimensions d to sweep (16, 32, 64, 128)");
+  parser.add_int_list("seq", &o.seqs, "sequence lengths N to sweep (Nq = Nkv = N)");
+  parser.add_string("stages", &o.stages, "comma-separated stage names, or all (see --list)", "NAMES");
+  parser.add_int("warmup", &o.warmup, "untimed runs before timing (fewer for slow points)", 0);
+  parser.add_int("repeats", &o.repeats, "most timed runs per point; the median is reported");
+  parser.add_int("min-repeats", &o.min_repeats, "fewest timed runs per point, however slow");
+  parser.add_real("seconds", &o.seconds, "timed seconds per point the repeat count aims for", 0.0, 3600.0);
+  parser.add_int("check-rows", &o.check_rows, "query rows checked against the float64 reference per point");
+  parser.add_uint("seed", &o.seed, "seed of the random inputs");
+  parser.add_string("csv", &o.csv, "write the rows as CSV to FILE", "FILE");
+  parser.add_string("json", &o.json, "write the rows as JSON to FILE", "FILE");
+  parser.add_switch("profile", &o.profile, "run each stage once per point, untimed and unchecked (for ncu)");
+  parser.add_switch("list", &o.list, "list the stages and exit");
+  if (!parser.parse(argc, argv)) return fa::kExitPassed;
+
+  const std::vector<StageDemo> stages = select_stages(o.stages);
+  if (o.list) {
+    for (const StageDemo& s : stages) std::cout << s.id << "  " << s.title << "\n";
+    return fa::kExitPassed;
+  }
+  if (o.min_repeats > o.repeats) throw fa::UsageError("--min-repeats must not exceed --repeats");
+  std::vector<AttentionProblem> shapes;  // validate every shape before any work
+  for (int64_t d : o.dims) {
+    for (int64_t n : o.seqs) shapes.push_back(fa::make_problem(o.batch, o.heads, n, n, d));
+  }
+
+  Context ctx;
+  try {
+    ctx.device = fa::require_device();
+  } catch (const fa::NoGpuError& e) {
+    throw fa::NoGpuError(std::string("fa_bench measures GPU kernels, and ") + e.what());
+  }
+  ctx.cuda = cuda_version();
+  ctx.date = utc_now();
+  for (int i = 0; i < argc; ++i) ctx.command += (i ? " " : "") + std::string(argv[i]);
+
+  std::ofstream csv;
+  if (!o.csv.empty()) {
+    csv.open(o.csv);
+    if (!csv) throw fa::InputError(o.csv + ": cannot write");
+    csv << kCsvHeader << "\n";
+  }
+  std::cout << "fa_bench on " << (cpu ? "the CPU backend (times are NOT GPU performance)" : ctx.device.name)
+            << ", CUDA " << ctx.cuda << "; " << stages.size() << " stages x " << shapes.size() << " shapes"
+            << (o.profile ? ", profile mode (one untimed pass each)" : "") << "\n";
+
+  std::vector<Row> rows;
+  bool all_passed = true;
+  const auto emit = [&](Row r) {  // progress line, CSV line (flushed: a cut-off run keeps its rows)
+    std::printf("  [%3zu/%zu] %s\n", rows.size() + 1, stages.size() * shapes.size(), progress_line(r).c_str());
+    std::fflush(stdout);
+    if (csv.is_open()) csv << csv_line(ctx, r) << "\n" << std::flush;
+    all_passed = all_passed && r.status != "FAILED";
+    rows.push_back(std::move(r));
+  };
+  RepeatPlanner planner(o);
+  for (const AttentionProblem& p : shapes) {
+    std::cout << "\n" << fa::describe(p) << "\n" << std::flush;
+    const std::size_t qkv = static_cast<std::size_t>(p.q_elems() + 2 * p.kv_elems()) * sizeof(float);
+    if (!fa::fits(fa::require_device(), qkv)) {
+      for (const StageDemo& s : stages) {
+        Row r;
+        r.name = s.id, r.title = s.title, r.p = p, r.status = "skipped";
+        r.note = "Q, K, V alone need " + fa::format_bytes(static_cast<double>(qkv));
+        emit(r);
+      }
+      continue;
+    }
+    const fa::AttentionInputs in = fa::random_inputs(p, o.seed);
+    fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
+    const fa::DeviceTensors inputs{q.data(), k.data(), v.data(), nullptr, nullptr};
+    for (const StageDemo& s : stages) emit(measure_point(s, p, in, inputs, ctx.device, o, planner));
+  }
+  if (!o.json.empty()) write_json(o.json, ctx, rows);
+  std::cout << "\n" << rows.size() << " rows" << (o.csv.empty() ? "" : ", CSV: " + o.csv)
+            << (o.json.empty() ? "" : ", JSON: " + o.json) << (all_passed ? "" : "; some results FAILED the check")
+            << "\n";
+  return all_passed ? fa::kExitPassed : fa::kExitCheckFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return fa::run_guarded(argv[0], [&] { return run(argc, argv); });
+}
