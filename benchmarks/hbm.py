@@ -4,7 +4,7 @@
 For each stage and sequence length it runs `fa_bench --profile` (one forward pass,
 untimed, unchecked) under ncu, sums dram__bytes_read.sum and dram__bytes_write.sum over
 every kernel of that pass, and writes one CSV row with the stage's IO-model bytes from
-fa_bench. Use shapes well beyond the L2 cache (the default, B=1 H=32 d=64 with N = 4096
+fa_bench and the minimum any exact attention moves (Q, K, V read and O written once). Use shapes well beyond the L2 cache (the default, B=1 H=32 d=64 with N = 4096
 and 8192, has Q, K, V of 96 and 192 MiB against the H100's 50 MB of L2).
 
   python3 benchmarks/hbm.py --bench build/bin/fa_bench --csv hbm.csv
@@ -22,7 +22,7 @@ import tempfile
 
 METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum"]
 HEADER = ["name", "device", "batch", "heads", "seq_q", "seq_kv", "dim", "kernels", "dram_read_bytes",
-          "dram_write_bytes", "hbm_model_bytes", "status", "note"]
+          "dram_write_bytes", "hbm_model_bytes", "minimum_bytes", "status", "note"]
 UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12}
 
 
@@ -79,7 +79,8 @@ def main():
                        "--seq", str(n), "--csv", rows]
                 run = subprocess.run(cmd, capture_output=True, text=True)
                 row = dict.fromkeys(HEADER, "")
-                row.update(name=stage, batch=args.batch, heads=args.heads, seq_q=n, seq_kv=n, dim=args.dim)
+                row.update(name=stage, batch=args.batch, heads=args.heads, seq_q=n, seq_kv=n, dim=args.dim,
+                           minimum_bytes=4 * args.batch * args.heads * n * args.dim * 4)  # Q, K, V read, O written
                 bench_rows = list(csv.DictReader(open(rows))) if os.path.exists(rows) else []
                 if bench_rows:
                     b = bench_rows[0]

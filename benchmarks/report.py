@@ -44,6 +44,8 @@ SERIES = [
     ("sdpa_cudnn", "bf16", "PyTorch SDPA cuDNN BF16", "#000000", "4,4"),
 ]
 STAGES = [s[0] for s in SERIES[:5]]
+BARS = [("measured: DRAM bytes read + written (Nsight Compute)", "#1f77b4"), ("IO model", "#c7c7c7"),
+        ("minimum: Q, K, V read + O written once", "#2ca02c")]
 
 
 def read_csv(path):
@@ -169,35 +171,39 @@ def line_chart(path, title, subtitle, xlabel, ylabel, yunit, series, hline=None)
 
 
 def bar_chart(path, title, subtitle, groups):
-    """Grouped bars on a log axis: groups = [(label, measured GB or None, model GB)]."""
-    vals = [v for _, m, model in groups for v in (m, model) if v]
+    """Grouped bars on a log axis: groups = [(label, [value GB or None, ...])], one value
+    per entry of BARS."""
+    vals = [v for _, vs in groups for v in vs if v]
     if not vals:
         return False
     W, H, L, R, T, B = 980, 440, 80, 40, 80, 110
     y0, y1 = math.log10(min(vals)) - 0.2, math.log10(max(vals)) + 0.15
     Y = lambda y: T + (y1 - math.log10(y)) / (y1 - y0) * (H - T - B)
     gw = (W - L - R) / len(groups)
+    bw = 0.8 / len(BARS)
     s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
          'font-family="Helvetica, Arial, sans-serif" font-size="12">',
          f'<rect width="{W}" height="{H}" fill="white"/>',
          f'<text x="{L}" y="22" font-size="15" font-weight="bold">{esc(title)}</text>',
-         f'<text x="{L}" y="42" fill="#444">{esc(subtitle)}</text>',
-         f'<rect x="{L}" y="54" width="12" height="12" fill="#1f77b4"/><text x="{L + 18}" y="65">measured '
-         '(Nsight Compute: DRAM bytes read + written)</text>',
-         f'<rect x="{L + 380}" y="54" width="12" height="12" fill="#c7c7c7"/><text x="{L + 398}" y="65">IO model</text>']
+         f'<text x="{L}" y="42" fill="#444">{esc(subtitle)}</text>']
+    lx = L
+    for label, colour in BARS:
+        s.append(f'<rect x="{lx}" y="54" width="12" height="12" fill="{colour}"/>'
+                 f'<text x="{lx + 18}" y="65">{esc(label)}</text>')
+        lx += 24 + 6.6 * len(label)
     for t in log_ticks(10**y0, 10**y1, "GB"):
         s.append(f'<line x1="{L}" y1="{Y(t):.1f}" x2="{W - R}" y2="{Y(t):.1f}" stroke="#e6e6e6"/>')
         s.append(f'<text x="{L - 6}" y="{Y(t) + 4:.1f}" text-anchor="end">{esc(fmt_tick(t, "GB"))}</text>')
     base = H - B
-    for i, (label, measured, model) in enumerate(groups):
+    for i, (label, values) in enumerate(groups):
         x = L + i * gw
-        for j, (v, colour) in enumerate(((measured, "#1f77b4"), (model, "#c7c7c7"))):
+        for j, (v, (_, colour)) in enumerate(zip(values, BARS)):
             if v:
-                bx = x + gw * (0.15 + 0.35 * j)
-                s.append(f'<rect x="{bx:.1f}" y="{Y(v):.1f}" width="{gw * 0.33:.1f}" height="{base - Y(v):.1f}" '
-                         f'fill="{colour}"/>')
-                s.append(f'<text x="{bx + gw * 0.165:.1f}" y="{Y(v) - 4:.1f}" text-anchor="middle" '
-                         f'font-size="10">{v:.3g}</text>')
+                bx = x + gw * (0.1 + bw * j)
+                s.append(f'<rect x="{bx:.1f}" y="{Y(v):.1f}" width="{gw * bw * 0.92:.1f}" '
+                         f'height="{base - Y(v):.1f}" fill="{colour}"/>')
+                s.append(f'<text x="{bx + gw * bw * 0.46:.1f}" y="{Y(v) - 4:.1f}" text-anchor="middle" '
+                         f'font-size="9">{v:.3g}</text>')
         for k, part in enumerate(label.split("\n")):
             s.append(f'<text x="{x + gw / 2:.1f}" y="{base + 16 + 14 * k}" text-anchor="middle">{esc(part)}</text>')
     s.append(f'<line x1="{L}" y1="{base}" x2="{W - R}" y2="{base}" stroke="#444"/>')
@@ -282,15 +288,16 @@ def headlines(idx, dim=SEEDS_D, n=SEEDS_N):
 
 
 def hbm_table(hbm):
-    lines = ["| stage | N | DRAM read | DRAM written | read + written | IO model | measured / model |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| stage | N | DRAM read | DRAM written | read + written | IO model | measured / model | "
+             "minimum (Q, K, V, O once) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in hbm:
         if r["status"] != "measured":
-            lines.append(f"| {r['name']} | {r['seq_q']} | {r['status']} | | | | |")
+            lines.append(f"| {r['name']} | {r['seq_q']} | {r['status']} | | | | | |")
             continue
         rd, wr, model = fnum(r["dram_read_bytes"]), fnum(r["dram_write_bytes"]), fnum(r["hbm_model_bytes"])
         lines.append(f"| {r['name']} | {r['seq_q']} | {rd / 1e9:.3f} GB | {wr / 1e9:.3f} GB | "
-                     f"{(rd + wr) / 1e9:.3f} GB | {model / 1e9:.3f} GB | {(rd + wr) / model:.2f} |")
+                     f"{(rd + wr) / 1e9:.3f} GB | {model / 1e9:.3f} GB | {(rd + wr) / model:.2f} | "
+                     f"{(fnum(r.get('minimum_bytes')) or 0) / 1e9:.3f} GB |")
     return "\n".join(lines)
 
 
@@ -353,8 +360,10 @@ def main():
             plots.append((f"memory_d{d}.svg", f"memory vs N, d={d}"))
     measured = [r for r in hbm if r["status"] == "measured"]
     if measured:
-        groups = [(f"{r['name']}\nN={r['seq_q']}", (fnum(r["dram_read_bytes"]) + fnum(r["dram_write_bytes"])) / 1e9,
-                   (fnum(r["hbm_model_bytes"]) or 0) / 1e9) for r in measured]
+        groups = [(f"{r['name']}\nN={r['seq_q']}",
+                   [(fnum(r["dram_read_bytes"]) + fnum(r["dram_write_bytes"])) / 1e9,
+                    (fnum(r["hbm_model_bytes"]) or 0) / 1e9, (fnum(r.get("minimum_bytes")) or 0) / 1e9])
+                  for r in measured]
         r0 = measured[0]
         if bar_chart(os.path.join(folder, "hbm.svg"),
                      f"HBM traffic of one forward pass (B={r0['batch']} H={r0['heads']} d={r0['dim']})", where, groups):
