@@ -4,9 +4,10 @@
 For each (d, N) it draws Q, K, V with the project's own generator (libfa_inputs, through
 ctypes: the very numbers fa_bench uses), then runs
 
-  * scaled_dot_product_attention with each backend forced in turn (flash, efficient,
-    cudnn, math), in FP32, FP16 and BF16; a combination a backend does not support
-    becomes an "unsupported" row with PyTorch's reason;
+  * scaled_dot_product_attention as it dispatches by itself, then with each backend
+    forced in turn (flash, efficient, cudnn, math), in FP32, FP16 and BF16; a
+    combination a backend does not support becomes an "unsupported" row with PyTorch's
+    reason;
   * the naive matmul-softmax-matmul in FP32, FP16 and BF16.
 
 Each is timed with CUDA events (warm-up, then the median of repeats) and compared with
@@ -21,6 +22,7 @@ import argparse
 import ctypes
 import csv
 import math
+import re
 import sys
 import warnings
 
@@ -92,6 +94,17 @@ def reference_rows(torch, q, k, v, rows, scale):
     return torch.cat(out)
 
 
+def decline_reason(messages):
+    """Why a forced SDPA backend declined, from PyTorch's warnings: without the lines
+    about the backends we disabled on purpose and without source locations."""
+    reasons = []
+    for m in messages:
+        m = " ".join(re.sub(r"\(Triggered internally at [^)]*\)", "", m).split())
+        if m and "runtime disabled" not in m and not m.endswith("because:") and m not in reasons:
+            reasons.append(m)
+    return " ".join(reasons)[:300]
+
+
 def timed(torch, fn, warmup, repeats, min_repeats, seconds):
     """Median ms of fn() over repeats (CUDA events), after warm-up."""
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -152,9 +165,9 @@ def main():
                 flops = 4.0 * b * h * n * n * d
                 for prec, dt in dtypes.items():
                     q, k, v = (t.to(dt) for t in (q32, k32, v32))
-                    variants = [(bn, (lambda be=be: sdpa_kernel(be)),
-                                 lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, scale=scale))
-                                for bn, be in backends.items()]
+                    sdpa = lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, scale=scale)
+                    variants = [("sdpa_default", None, sdpa)]  # whatever SDPA picks by itself
+                    variants += [(bn, (lambda be=be: sdpa_kernel(be)), sdpa) for bn, be in backends.items()]
                     variants.append(("torch_naive", None,
                                      lambda q=q, k=k, v=v: torch.softmax((q @ k.transpose(-2, -1)) * scale, -1) @ v))
                     for vname, ctx, fn in variants:
@@ -200,8 +213,7 @@ def main():
                             print(f"  {vname:15s} {prec}  skipped: out of memory", flush=True)
                         except RuntimeError as e:
                             # PyTorch says why a backend declined in warnings; the error itself is generic.
-                            why = [str(w.message) for w in said] + [str(e)]
-                            reason = " ".join(" ".join(why).split())[:240]
+                            reason = decline_reason([str(w.message) for w in said]) or " ".join(str(e).split())[:300]
                             row.update(status="unsupported", note=reason)
                             print(f"  {vname:15s} {prec}  unsupported", flush=True)
                         out.writerow(row[c] for c in HEADER)
