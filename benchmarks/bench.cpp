@@ -364,6 +364,7 @@ int run(int argc, const char* const* argv) {
 
 }  // namespace
 
+/// fa_bench's entry point: parses the flags, runs the sweep, returns fa::ExitCode.
 int main(int argc, char** argv) {
   return fa::run_guarded(argv[0], [&] { return run(argc, argv); });
 }

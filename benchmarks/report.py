@@ -300,8 +300,9 @@ HBM_NOTE = (
     "(stage 03 once per query, stage 05 once per Q tile) blocks running together read the same tiles, and "
     "the L2 cache serves the re-reads: the measured DRAM bytes sit near the minimum, far below the model. "
     "What goes out and comes back between kernels or between tiles (S and P in stages 01, 02 and the "
-    "cuBLAS baseline; m, l and O in stage 04) does reach DRAM, as the model says. A figure slightly below "
-    "the minimum means part of O was still in L2 when the counters stopped.")
+    "cuBLAS baseline; m, l and O in stage 04) does reach DRAM: those stages measure at or somewhat above "
+    "their model. A figure slightly below the minimum most likely means part of O was still in L2, not yet "
+    "written back, when the counters stopped.")
 
 
 def hbm_table(hbm):
