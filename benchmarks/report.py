@@ -11,12 +11,16 @@ Reads, from one results folder: bench.csv and bench.json (fa_bench), torch.csv
   hbm.svg            measured DRAM bytes vs each stage's IO model
 
 With --readme FILE, the part of FILE between the "benchmark results" markers is
-replaced by a summary that links the above. Python 3 standard library only.
+replaced by a summary that links the above. With --check it writes nothing and exits 1
+if any of those files differs from what the CSV files give (CI runs this on the
+committed results, so no figure in them can be edited by hand). Python 3 standard
+library only.
 
   python3 benchmarks/report.py benchmarks/results/<gpu> [--readme README.md]
 """
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -51,6 +55,20 @@ for _prec, _dash in (("fp32", "2,3"), ("fp16", "8,3,2,3"), ("bf16", "4,4")):
 STAGES = [s[0] for s in SERIES[:5]]
 BARS = [("measured: DRAM bytes read + written (Nsight Compute)", "#1f77b4"), ("IO model", "#c7c7c7"),
         ("minimum: Q, K, V read + O written once", "#2ca02c")]
+
+
+STALE = []  # with --check: the files whose content differs from what this run makes
+
+
+def emit(path, text, check):
+    """Writes `text` to `path`; with `check`, only notes whether the file differs."""
+    if check:
+        old = open(path).read() if os.path.exists(path) else None
+        if old != text:
+            STALE.append(path)
+        return
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def read_csv(path):
@@ -113,7 +131,7 @@ def log_ticks(lo, hi, unit):
     return ticks if len(ticks) <= 12 else [t for t in ticks if str(t).lstrip("0.").startswith("1")]
 
 
-def line_chart(path, title, subtitle, xlabel, ylabel, yunit, series, hline=None):
+def line_chart(path, title, subtitle, xlabel, ylabel, yunit, series, hline=None, check=False):
     """A log-log line chart. series: [(label, colour, dash, [(x, y, filled)])]; a series
     whose points equal an earlier one's is drawn once, its label joined to that one's."""
     merged = []
@@ -167,12 +185,11 @@ def line_chart(path, title, subtitle, xlabel, ylabel, yunit, series, hline=None)
         s.append(f'<text x="{W - R + 50}" y="{ly + 4}">{esc(label)}</text>')
         ly += 20
     s.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(s) + "\n")
+    emit(path, "\n".join(s) + "\n", check)
     return True
 
 
-def bar_chart(path, title, subtitle, groups):
+def bar_chart(path, title, subtitle, groups, check=False):
     """Grouped bars on a log axis: groups = [(label, [value GB or None, ...])], one value
     per entry of BARS."""
     vals = [v for _, vs in groups for v in vs if v]
@@ -210,8 +227,7 @@ def bar_chart(path, title, subtitle, groups):
             s.append(f'<text x="{x + gw / 2:.1f}" y="{base + 16 + 14 * k}" text-anchor="middle">{esc(part)}</text>')
     s.append(f'<line x1="{L}" y1="{base}" x2="{W - R}" y2="{base}" stroke="#444"/>')
     s.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(s) + "\n")
+    emit(path, "\n".join(s) + "\n", check)
     return True
 
 
@@ -323,6 +339,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", help="folder with bench.csv, bench.json and optionally torch.csv, hbm.csv")
     ap.add_argument("--readme", help="also rewrite this file's benchmark results section")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if any output differs from what the CSV files give")
     args = ap.parse_args()
     folder = args.results
     bench, torch_rows, hbm = (read_csv(os.path.join(folder, f)) for f in ("bench.csv", "torch.csv", "hbm.csv"))
@@ -334,10 +352,11 @@ def main():
         with open(os.path.join(folder, "bench.json")) as f:
             meta = json.load(f)
     rows = bench + torch_rows
-    with open(os.path.join(folder, "results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(bench[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
+    merged = io.StringIO(newline="")
+    w = csv.DictWriter(merged, fieldnames=list(bench[0].keys()), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    emit(os.path.join(folder, "results.csv"), merged.getvalue(), args.check)
 
     idx = index_rows(rows)
     present = {(r["name"], r["precision"]) for r in rows}
@@ -370,13 +389,14 @@ def main():
                 series_m.append((label, colour, dash, pts_m))
         shape = f"B={bench[0]['batch']} H={bench[0]['heads']} d={d}"
         if line_chart(os.path.join(folder, f"time_d{d}.svg"), f"Forward time vs sequence length ({shape})", where,
-                      "sequence length N (log scale)", "median time, ms (log scale)", "ms", series_t):
+                      "sequence length N (log scale)", "median time, ms (log scale)", "ms", series_t,
+                      check=args.check):
             plots.append((f"time_d{d}.svg", f"time vs N, d={d}"))
         hline = (memory, f"device memory {gib(memory)}") if memory else None
         if line_chart(os.path.join(folder, f"memory_d{d}.svg"),
                       f"Device memory for one forward pass ({shape}, FP32)",
                       where + "; hollow markers: does not fit, not run", "sequence length N (log scale)", "bytes: Q, K, V, O + workspace (log scale)", "bytes",
-                      series_m, hline):
+                      series_m, hline, check=args.check):
             plots.append((f"memory_d{d}.svg", f"memory vs N, d={d}"))
     measured = [r for r in hbm if r["status"] == "measured"]
     if measured:
@@ -387,7 +407,8 @@ def main():
                   for r in measured]
         r0 = measured[0]
         if bar_chart(os.path.join(folder, "hbm.svg"),
-                     f"HBM traffic of one forward pass (B={r0['batch']} H={r0['heads']} d={r0['dim']})", where, groups):
+                     f"HBM traffic of one forward pass (B={r0['batch']} H={r0['heads']} d={r0['dim']})", where, groups,
+                     check=args.check):
             plots.append(("hbm.svg", "measured HBM bytes vs IO model"))
 
     date = meta.get("date", "")[:10]
@@ -421,8 +442,7 @@ def main():
                 full.append(f"- {name} {prec.upper()}: {note}")
         full.append("")
     full += [f"![{alt}]({p})" for p, alt in plots] + [""]
-    with open(os.path.join(folder, "RESULTS.md"), "w") as f:
-        f.write("\n".join(full))
+    emit(os.path.join(folder, "RESULTS.md"), "\n".join(full), args.check)
 
     if args.readme:
         rel = os.path.relpath(folder, os.path.dirname(os.path.abspath(args.readme)) or ".")
@@ -439,8 +459,14 @@ def main():
             text = text[:text.index(BEGIN)] + "\n".join(section) + text[text.index(END) + len(END):]
         else:
             text = text.rstrip("\n") + "\n\n## Results\n\n" + "\n".join(section) + "\n"
-        with open(args.readme, "w") as f:
-            f.write(text)
+        emit(args.readme, text, args.check)
+    if args.check:
+        if STALE:
+            print("report.py: out of date (run it without --check to regenerate): " + ", ".join(STALE))
+            return 1
+        print(f"report.py: {folder}/RESULTS.md, results.csv, {len(plots)} plots"
+              + (f" and {args.readme}" if args.readme else "") + " match the CSV files")
+        return 0
     print(f"report.py: {folder}/RESULTS.md, results.csv and {len(plots)} plots"
           + (f"; {args.readme} updated" if args.readme else ""))
     return 0
