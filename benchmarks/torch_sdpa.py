@@ -142,7 +142,12 @@ def main():
         return 77
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32, as in fa_bench
     torch.backends.cudnn.allow_tf32 = False
-    inputs = Inputs(args.lib)
+    try:
+        inputs = Inputs(args.lib)
+    except OSError as e:
+        print(f"torch_sdpa.py: cannot load {args.lib} ({e}); build it with "
+              "`cmake --preset bench && cmake --build --preset bench`", file=sys.stderr)
+        return 2
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(dev)
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
