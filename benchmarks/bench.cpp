@@ -207,6 +207,11 @@ class RepeatPlanner {
   std::map<std::string, std::pair<double, double>> last_;  // stage -> (flops, ms)
 };
 
+// Device bytes of the inputs Q, K and V, allocated once per shape.
+std::size_t qkv_bytes(const AttentionProblem& p) {
+  return static_cast<std::size_t>(p.q_elems() + 2 * p.kv_elems()) * sizeof(float);
+}
+
 // Measures one stage on one shape whose inputs are already on the device.
 Row measure_point(const StageDemo& stage, const AttentionProblem& p, const fa::AttentionInputs& in,
                   const fa::DeviceTensors& inputs, const fa::DeviceInfo& device, const BenchOptions& o,
@@ -216,10 +221,9 @@ Row measure_point(const StageDemo& stage, const AttentionProblem& p, const fa::A
   r.title = stage.title;
   r.p = p;
   r.workspace_bytes = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
-  r.device_bytes = static_cast<std::size_t>(p.q_elems() + 2 * p.kv_elems()) * sizeof(float) +
-                   fa::stage_run_bytes(stage, p);
-  r.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
   const std::size_t need = fa::stage_run_bytes(stage, p);
+  r.device_bytes = qkv_bytes(p) + need;
+  r.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
   const fa::DeviceInfo now = fa::require_device();  // free memory with Q, K, V allocated
   if (!fa::fits(now, need)) {
     r.status = "skipped";
@@ -340,7 +344,7 @@ int run(int argc, const char* const* argv) {
   RepeatPlanner planner(o);
   for (const AttentionProblem& p : shapes) {
     std::cout << "\n" << fa::describe(p) << "\n" << std::flush;
-    const std::size_t qkv = static_cast<std::size_t>(p.q_elems() + 2 * p.kv_elems()) * sizeof(float);
+    const std::size_t qkv = qkv_bytes(p);
     if (!fa::fits(fa::require_device(), qkv)) {
       for (const StageDemo& s : stages) {
         Row r;
