@@ -12,7 +12,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$logs/configure.lo
     > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 grep -E "Catch2|CUDA" "$logs/configure.log"
 cmake --build "$build" > "$logs/build.log" 2>&1 || { grep -E "error" -A5 "$logs/build.log" | head -60; exit 1; }
-ctest --test-dir "$build" --output-on-failure > "$logs/ctest.log" 2>&1
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" > "$logs/ctest.log" 2>&1
 tail -15 "$logs/ctest.log"
 bin="$build/bin"
 {

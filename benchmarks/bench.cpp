@@ -8,9 +8,11 @@
  * fa_bench --dim 64 --seq 1024,4096 --stages 01_naive,05_flash2
  * fa_bench --csv results/bench.csv --json results/bench.json
  * fa_bench --profile --batch 1 --seq 4096 --stages 04_flash1   # one pass, for Nsight Compute
+ * fa_bench --stages 05_flash2,06_tensor_cores --precisions fp16,bf16 --causal
  * \endcode
  *
- * For each (d, N) the inputs are drawn once and every stage runs on them: one checked
+ * For each (d, N) the inputs are drawn once; each precision gets them rounded to that
+ * type, and every stage that runs in it runs on them: one checked
  * run on a poisoned output (a sample of rows against the float64 reference), warm-up,
  * then timed repeats (CUDA events, median). A stage whose memory does not fit is
  * skipped with a note. fa_bench_cpu runs the same harness on the CPU backend, labelled
@@ -41,6 +43,7 @@
 #include "stages/03_streaming/streaming_attention.h"
 #include "stages/04_flash1/flash1_attention.h"
 #include "stages/05_flash2/flash2_attention.h"
+#include "stages/06_tensor_cores/tensor_core_attention.h"
 #if !FA_CPU_BACKEND
 #include "benchmarks/cublas_baseline.h"
 #endif
@@ -61,6 +64,8 @@ struct BenchOptions {
   double seconds = 0.5;      // timed seconds per point the repeat count aims for
   int64_t check_rows = 128;
   uint64_t seed = 2024;
+  std::string precisions = "fp32,fp16,bf16";
+  bool causal = false;
   std::string csv, json;
   bool profile = false;
   bool list = false;
@@ -85,7 +90,7 @@ struct Context {
 
 std::vector<StageDemo> all_stages() {
   std::vector<StageDemo> s = {fa::naive::describe(), fa::online::describe(), fa::streaming::describe(),
-                              fa::flash1::describe(), fa::flash2::describe()};
+                              fa::flash1::describe(), fa::flash2::describe(), fa::tensor_core::describe()};
 #if !FA_CPU_BACKEND
   s.push_back(fa::bench::cublas_baseline());
 #endif
@@ -146,7 +151,8 @@ const char* kCsvHeader =
 std::string csv_line(const Context& c, const Row& r) {
   const bool measured = r.status == "passed" || r.status == "FAILED" || r.status == "unchecked";
   std::ostringstream s;
-  s << (r.name == "cublas_baseline" ? "cublas" : "stages") << "," << r.name << ",fp32," << c.device.backend << ","
+  s << (r.name == "cublas_baseline" ? "cublas" : "stages") << "," << r.name << "," << fa::dtype_name(r.p.dtype) << ","
+    << c.device.backend << ","
     << csv_field(c.device.name) << "," << c.cuda << "," << r.p.batch << "," << r.p.heads << "," << r.p.seq_q << ","
     << r.p.seq_kv << "," << r.p.dim << "," << (r.p.causal ? 1 : 0) << ","
     << (measured && r.repeats > 0 ? num(r.median_ms) : "") << "," << r.repeats << ","
@@ -163,6 +169,7 @@ std::string json_object(const Row& r) {
   s << "{\"name\":\"" << fa::json_escape(r.name) << "\",\"title\":\"" << fa::json_escape(r.title)
     << "\",\"batch\":" << r.p.batch << ",\"heads\":" << r.p.heads << ",\"seq_q\":" << r.p.seq_q
     << ",\"seq_kv\":" << r.p.seq_kv << ",\"dim\":" << r.p.dim << ",\"causal\":" << (r.p.causal ? "true" : "false")
+    << ",\"precision\":\"" << fa::dtype_name(r.p.dtype) << "\""
     << ",\"median_ms\":" << (r.repeats > 0 ? fa::json_number(r.median_ms) : "null")
     << ",\"repeats\":" << r.repeats << ",\"tflops\":" << (r.repeats > 0 ? fa::json_number(r.tflops) : "null")
     << ",\"workspace_bytes\":" << r.workspace_bytes << ",\"device_bytes\":" << r.device_bytes
@@ -191,7 +198,7 @@ class RepeatPlanner {
   // Warm-up and repeats for `stage` on `p`: as many repeats as fit in o.seconds,
   // between o.min_repeats and o.repeats; one warm-up run for a slow point.
   std::pair<int64_t, int64_t> plan(const std::string& stage, const AttentionProblem& p) const {
-    const auto it = last_.find(stage);
+    const auto it = last_.find(key(stage, p));
     if (it == last_.end()) return {o_.warmup, o_.repeats};
     const double estimate_ms = it->second.second * p.flops() / it->second.first;
     const double fit = o_.seconds * 1000.0 / std::max(estimate_ms, 1e-3);
@@ -199,17 +206,20 @@ class RepeatPlanner {
     return {estimate_ms > 250.0 ? std::min<int64_t>(o_.warmup, 1) : o_.warmup, repeats};
   }
   void record(const std::string& stage, const AttentionProblem& p, double ms) {
-    if (ms > 0) last_[stage] = {p.flops(), ms};
+    if (ms > 0) last_[key(stage, p)] = {p.flops(), ms};
   }
 
  private:
+  static std::string key(const std::string& stage, const AttentionProblem& p) {
+    return stage + "/" + fa::dtype_name(p.dtype);
+  }
   const BenchOptions& o_;
   std::map<std::string, std::pair<double, double>> last_;  // stage -> (flops, ms)
 };
 
 // Device bytes of the inputs Q, K and V, allocated once per shape.
 std::size_t qkv_bytes(const AttentionProblem& p) {
-  return static_cast<std::size_t>(p.q_elems() + 2 * p.kv_elems()) * sizeof(float);
+  return static_cast<std::size_t>(p.q_elems() + 2 * p.kv_elems()) * fa::dtype_bytes(p.dtype);
 }
 
 // Measures one stage on one shape whose inputs are already on the device.
@@ -295,6 +305,9 @@ int run(int argc, const char* const* argv) {
   parser.add_real("seconds", &o.seconds, "timed seconds per point the repeat count aims for", 0.0, 3600.0);
   parser.add_int("check-rows", &o.check_rows, "query rows checked against the float64 reference per point");
   parser.add_uint("seed", &o.seed, "seed of the random inputs");
+  parser.add_string("precisions", &o.precisions,
+                    "comma-separated element types (fp32, fp16, bf16); each stage runs in those it supports", "LIST");
+  parser.add_switch("causal", &o.causal, "causal mask (query i sees keys j <= i)");
   parser.add_string("csv", &o.csv, "write the rows as CSV to FILE", "FILE");
   parser.add_string("json", &o.json, "write the rows as JSON to FILE", "FILE");
   parser.add_switch("profile", &o.profile, "run each stage once per point, untimed and unchecked (for ncu)");
@@ -307,9 +320,27 @@ int run(int argc, const char* const* argv) {
     return fa::kExitPassed;
   }
   if (o.min_repeats > o.repeats) throw fa::UsageError("--min-repeats must not exceed --repeats");
+  std::vector<fa::DType> precisions;
+  {
+    std::stringstream in(o.precisions);
+    std::string name;
+    while (std::getline(in, name, ',')) {
+      fa::DType t;
+      if (!fa::parse_dtype(name, &t)) throw fa::UsageError("--precisions: unknown type '" + name + "' (fp32, fp16, bf16)");
+      precisions.push_back(t);
+    }
+  }
+  // The (stage, precision) pairs to measure: each stage in every chosen type it runs in.
+  std::vector<std::pair<fa::DType, const StageDemo*>> runs;
+  for (fa::DType t : precisions) {
+    for (const StageDemo& s : stages) {
+      if (s.runs_in(t) && s.causal_ok(fa::make_problem(1, 1, 1, 1, 64, 0.0, o.causal))) runs.push_back({t, &s});
+    }
+  }
+  if (runs.empty()) throw fa::UsageError("no chosen stage runs in the chosen --precisions (with --causal, if given)");
   std::vector<AttentionProblem> shapes;  // validate every shape before any work
   for (int64_t d : o.dims) {
-    for (int64_t n : o.seqs) shapes.push_back(fa::make_problem(o.batch, o.heads, n, n, d));
+    for (int64_t n : o.seqs) shapes.push_back(fa::make_problem(o.batch, o.heads, n, n, d, 0.0, o.causal));
   }
 
   Context ctx;
@@ -329,35 +360,45 @@ int run(int argc, const char* const* argv) {
     csv << kCsvHeader << "\n";
   }
   std::cout << "fa_bench on " << (cpu ? "the CPU backend (times are NOT GPU performance)" : ctx.device.name)
-            << ", CUDA " << ctx.cuda << "; " << stages.size() << " stages x " << shapes.size() << " shapes"
+            << ", CUDA " << ctx.cuda << "; " << runs.size() << " (stage, precision) pairs x " << shapes.size()
+            << " shapes"
             << (o.profile ? ", profile mode (one untimed pass each)" : "") << "\n";
 
   std::vector<Row> rows;
   bool all_passed = true;
   const auto emit = [&](Row r) {  // progress line, CSV line (flushed: a cut-off run keeps its rows)
-    std::printf("  [%3zu/%zu] %s\n", rows.size() + 1, stages.size() * shapes.size(), progress_line(r).c_str());
+    std::printf("  [%3zu/%zu] %s\n", rows.size() + 1, runs.size() * shapes.size(), progress_line(r).c_str());
     std::fflush(stdout);
     if (csv.is_open()) csv << csv_line(ctx, r) << "\n" << std::flush;
     all_passed = all_passed && r.status != "FAILED";
     rows.push_back(std::move(r));
   };
   RepeatPlanner planner(o);
-  for (const AttentionProblem& p : shapes) {
-    std::cout << "\n" << fa::describe(p) << "\n" << std::flush;
-    const std::size_t qkv = qkv_bytes(p);
-    if (!fa::fits(fa::require_device(), qkv)) {
-      for (const StageDemo& s : stages) {
-        Row r;
-        r.name = s.id, r.title = s.title, r.p = p, r.status = "skipped";
-        r.note = "Q, K, V alone need " + fa::format_bytes(static_cast<double>(qkv));
-        emit(r);
+  for (const AttentionProblem& shape : shapes) {
+    for (fa::DType t : precisions) {
+      AttentionProblem p = shape;
+      p.dtype = t;
+      std::vector<const StageDemo*> here;
+      for (const auto& [rt, s] : runs) {
+        if (rt == t) here.push_back(s);
       }
-      continue;
+      if (here.empty()) continue;
+      std::cout << "\n" << fa::describe(p) << "\n" << std::flush;
+      const std::size_t qkv = qkv_bytes(p);
+      if (!fa::fits(fa::require_device(), qkv)) {
+        for (const StageDemo* s : here) {
+          Row r;
+          r.name = s->id, r.title = s->title, r.p = p, r.status = "skipped";
+          r.note = "Q, K, V alone need " + fa::format_bytes(static_cast<double>(qkv));
+          emit(r);
+        }
+        continue;
+      }
+      // The same draw for every precision (rounded to each): the stages see the same inputs.
+      const fa::AttentionInputs in = fa::random_inputs(p, o.seed);
+      const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, t);
+      for (const StageDemo* s : here) emit(measure_point(*s, p, in, inputs.tensors(), ctx.device, o, planner));
     }
-    const fa::AttentionInputs in = fa::random_inputs(p, o.seed);
-    fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
-    const fa::DeviceTensors inputs{q.data(), k.data(), v.data(), nullptr, nullptr};
-    for (const StageDemo& s : stages) emit(measure_point(s, p, in, inputs, ctx.device, o, planner));
   }
   if (!o.json.empty()) write_json(o.json, ctx, rows);
   std::cout << "\n" << rows.size() << " rows" << (o.csv.empty() ? "" : ", CSV: " + o.csv)

@@ -58,7 +58,8 @@ StageDemo cublas_baseline() {
   stage.supports_causal = false;
   stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void* workspace) {
     if (p.causal) throw InputError("the cuBLAS baseline has no causal mask");
-    attention(p, t.q, t.k, t.v, t.o, static_cast<float*>(workspace));
+    const auto f = t.f32();
+    attention(p, f.q, f.k, f.v, f.o, static_cast<float*>(workspace));
   };
   return stage;
 }

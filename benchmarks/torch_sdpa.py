@@ -47,6 +47,8 @@ def parse_args():
     ap.add_argument("--dim", type=int_list, default=[64, 128])
     ap.add_argument("--seq", type=int_list, default=[512, 1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--causal", action="store_true", help="is_causal=True (query i sees keys j <= i)")
+    ap.add_argument("--precisions", default="fp32,fp16,bf16", help="comma-separated: fp32, fp16, bf16")
     ap.add_argument("--check-rows", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10, help="most timed runs per point")
@@ -79,8 +81,9 @@ class Inputs:
         return list(out[:got])
 
 
-def reference_rows(torch, q, k, v, rows, scale):
-    """float64 attention for the given flat query rows; q, k, v are fp32 [B, H, N, d]."""
+def reference_rows(torch, q, k, v, rows, scale, causal=False):
+    """float64 attention for the given flat query rows; q, k, v are fp32 [B, H, N, d].
+    causal: query i sees keys j <= i (is_causal=True)."""
     b, h, n, d = q.shape
     q3, k3, v3 = (t.reshape(b * h, n, d) for t in (q, k, v))
     out = []
@@ -89,7 +92,10 @@ def reference_rows(torch, q, k, v, rows, scale):
         bh, i = idx // n, idx % n
         qs = q3[bh, i].double()                    # [r, d]
         ks, vs = k3[bh].double(), v3[bh].double()  # [r, N, d]
-        p = torch.softmax(torch.einsum("rd,rnd->rn", qs, ks) * scale, dim=-1)
+        s = torch.einsum("rd,rnd->rn", qs, ks) * scale
+        if causal:
+            s = s.masked_fill(torch.arange(n, device=q.device)[None, :] > i[:, None], float("-inf"))
+        p = torch.softmax(s, dim=-1)
         out.append(torch.einsum("rn,rnd->rd", p, vs))
     return torch.cat(out)
 
@@ -150,7 +156,13 @@ def main():
         return 2
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(dev)
-    dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    all_dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    unknown = [p for p in args.precisions.split(",") if p not in all_dtypes]
+    if unknown:
+        print(f"torch_sdpa.py: unknown precision {unknown[0]!r} (fp32, fp16, bf16)", file=sys.stderr)
+        return 2
+    dtypes = {p: all_dtypes[p] for p in args.precisions.split(",")}
+    causal = bool(args.causal)
     backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
                 "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_math": SDPBackend.MATH}
     print(f"torch_sdpa.py on {name}, PyTorch {torch.__version__}, CUDA {torch.version.cuda}")
@@ -165,20 +177,21 @@ def main():
                 print(f"\nB={b} H={h} N={n} d={d}", flush=True)
                 q32, k32, v32 = (t.to(dev) for t in inputs.qkv(torch, b, h, n, d, args.seed))
                 rows = inputs.rows(b, h, n, d, args.check_rows)
-                want = reference_rows(torch, q32, k32, v32, rows, scale)
+                want = reference_rows(torch, q32, k32, v32, rows, scale, causal)
                 flat = torch.tensor(rows, device=dev)
                 flops = 4.0 * b * h * n * n * d
                 for prec, dt in dtypes.items():
                     q, k, v = (t.to(dt) for t in (q32, k32, v32))
-                    sdpa = lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, scale=scale)
+                    sdpa = lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
                     variants = [("sdpa_default", None, sdpa)]  # whatever SDPA picks by itself
                     variants += [(bn, (lambda be=be: sdpa_kernel(be)), sdpa) for bn, be in backends.items()]
-                    variants.append(("torch_naive", None,
-                                     lambda q=q, k=k, v=v: torch.softmax((q @ k.transpose(-2, -1)) * scale, -1) @ v))
+                    if not causal:
+                        variants.append(("torch_naive", None,
+                                         lambda q=q, k=k, v=v: torch.softmax((q @ k.transpose(-2, -1)) * scale, -1) @ v))
                     for vname, ctx, fn in variants:
                         row = dict.fromkeys(HEADER, "")
                         row.update(source="pytorch", name=vname, precision=prec, backend="cuda", device=name,
-                                   cuda=torch.version.cuda, batch=b, heads=h, seq_q=n, seq_kv=n, dim=d, causal=0,
+                                   cuda=torch.version.cuda, batch=b, heads=h, seq_q=n, seq_kv=n, dim=d, causal=int(causal),
                                    repeats=0, checked_rows=0, note=f"PyTorch {torch.__version__}")
                         # The naive path and the math backend hold the N x N matrix (and more).
                         if vname in ("torch_naive", "sdpa_math"):

@@ -186,6 +186,8 @@ void add_demo_options(ArgParser& p, DemoOptions& o) {
   p.add_int("dim", &o.dim, "head dimension d (16, 32, 64 or 128)");
   p.add_real("scale", &o.scale, "softmax scale; 0 means 1/sqrt(d)", 0.0, 1e6);
   p.add_switch("causal", &o.causal, "causal mask (query i sees keys j <= i)");
+  p.add_string("dtype", &o.dtype, "element type of Q, K, V, O: fp32, fp16 or bf16 (default: the stage's first)",
+               "TYPE");
   p.add_uint("seed", &o.seed, "seed of the random inputs");
   p.add_real("magnitude", &o.magnitude, "inputs are uniform in [-X, X]", 1e-6, 1e6);
   p.add_int("warmup", &o.warmup, "untimed runs before timing", 0);

@@ -64,6 +64,7 @@ struct DemoOptions {
   int64_t dim = 64;        ///< --dim
   double scale = 0.0;      ///< --scale; 0 means 1/sqrt(d)
   bool causal = false;     ///< --causal
+  std::string dtype;       ///< --dtype fp32|fp16|bf16; empty: the stage's own default
   uint64_t seed = 2024;    ///< --seed
   double magnitude = 1.0;  ///< --magnitude: inputs uniform in [−magnitude, magnitude]
   int64_t warmup = 3;      ///< --warmup

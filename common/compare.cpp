@@ -12,6 +12,12 @@ Tolerance fp32_tolerance(double ref_max_abs, double baseline_max_abs_err) {
   return Tolerance{std::max(floor, kBaselineErrorFactor * baseline_max_abs_err), kFp32Rtol};
 }
 
+Tolerance tolerance_for(DType t, double ref_max_abs, double baseline_max_abs_err) {
+  if (t == DType::F32) return fp32_tolerance(ref_max_abs, baseline_max_abs_err);
+  const double u = unit_roundoff(t);
+  return Tolerance{std::max(u * std::max(ref_max_abs, 1e-30), kLowpBaselineErrorFactor * baseline_max_abs_err), u};
+}
+
 Comparison compare(const float* got, const double* want, int64_t n, Tolerance tol,
                    int max_report) {
   Comparison c;
@@ -53,13 +59,18 @@ Comparison compare(const float* got, const double* want, int64_t n, Tolerance to
 
 Comparison compare_fp32(const float* got, const double* want, const float* baseline,
                         int64_t n, int max_report) {
+  return compare_with_baseline(DType::F32, got, want, baseline, n, max_report);
+}
+
+Comparison compare_with_baseline(DType t, const float* got, const double* want, const float* baseline,
+                                 int64_t n, int max_report) {
   double ref_max = 0, base_err = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(want[i])) continue;
     ref_max = std::max(ref_max, std::fabs(want[i]));
     base_err = std::max(base_err, std::fabs(static_cast<double>(baseline[i]) - want[i]));
   }
-  return compare(got, want, n, fp32_tolerance(ref_max, base_err), max_report);
+  return compare(got, want, n, tolerance_for(t, ref_max, base_err), max_report);
 }
 
 std::string describe(const Comparison& c, const IndexNamer& name) {

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -36,8 +37,11 @@ AttentionInputs load_inputs(const std::string& dir, const DemoOptions& o, Attent
   if (q.shape[0] != k.shape[0] || q.shape[1] != k.shape[1] || q.shape[3] != k.shape[3]) {
     throw InputError("q.npy and k.npy must agree on B, H and d");
   }
-  *p = make_problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], o.scale, o.causal);
-  return AttentionInputs{std::move(q.data), std::move(k.data), std::move(v.data)};
+  *p = make_problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], o.scale, o.causal, p->dtype);
+  // fp32 files run in fp16 or bf16 as their values rounded to that type.
+  AttentionInputs in{std::move(q.data), std::move(k.data), std::move(v.data)};
+  round_inputs(in, p->dtype);
+  return in;
 }
 
 void save_tensors(const std::string& dir, const AttentionProblem& p, const AttentionInputs& in,
@@ -47,10 +51,10 @@ void save_tensors(const std::string& dir, const AttentionProblem& p, const Atten
   if (ec) throw InputError(dir + ": cannot create directory (" + ec.message() + ")");
   const std::vector<int64_t> qs = {p.batch, p.heads, p.seq_q, p.dim};
   const std::vector<int64_t> ks = {p.batch, p.heads, p.seq_kv, p.dim};
-  save_npy(dir + "/q.npy", qs, in.q.data());
-  save_npy(dir + "/k.npy", ks, in.k.data());
-  save_npy(dir + "/v.npy", ks, in.v.data());
-  save_npy(dir + "/o.npy", qs, out.data());
+  save_npy(dir + "/q.npy", qs, in.q.data(), p.dtype);
+  save_npy(dir + "/k.npy", ks, in.k.data(), p.dtype);
+  save_npy(dir + "/v.npy", ks, in.v.data(), p.dtype);
+  save_npy(dir + "/o.npy", qs, out.data(), p.dtype);
 }
 
 int run(int argc, const char* const* argv, const StageDemo& stage) {
@@ -64,12 +68,13 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
   // Validate what the command line says before touching the device.
   AttentionProblem p;
   AttentionInputs in;
+  p.dtype = stage_dtype(stage, opt.dtype);
   if (!opt.load_dir.empty()) {
     for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
       if (parser.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
     }
   } else {
-    p = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal);
+    p = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal, p.dtype);
   }
   if (opt.causal && !stage.supports_causal) {
     throw InputError("stage " + stage.id + " does not support --causal yet");
@@ -79,29 +84,38 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
 
   // Everything is sized before anything is allocated, so a shape that cannot fit
   // fails with a clear message instead of a failed cudaMalloc halfway through.
-  const std::size_t o_bytes = static_cast<std::size_t>(p.q_elems()) * sizeof(float);
+  const std::size_t o_bytes = static_cast<std::size_t>(p.q_elems()) * dtype_bytes(p.dtype);
   const std::size_t extra = stage_run_bytes(stage, p) - o_bytes;  // workspace and lse
   require_fits(device, p.qkvo_bytes() + extra,
                "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
                    format_bytes(static_cast<double>(extra)));
 
   if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
-  DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
-  const DeviceTensors inputs{q.data(), k.data(), v.data(), nullptr, nullptr};
+  DeviceInputs inputs = upload_inputs(in.q, in.k, in.v, p.dtype);
   std::vector<float> out;
-  RunReport report = measure_stage(stage, p, in, inputs, device, opt, &out);
+  RunReport report = measure_stage(stage, p, in, inputs.tensors(), device, opt, &out);
   if (!opt.save_dir.empty()) save_tensors(opt.save_dir, p, in, out);
 
-  // --compare: earlier stages on the same inputs, each only if it fits now.
+  // --compare: earlier stages on the same inputs, each only if it fits now. A stage
+  // that does not run in this precision runs in fp32 on the very same values (fp16 and
+  // bf16 values are all exactly fp32 values), uploaded once more as fp32.
   if (opt.compare) {
+    DeviceInputs inputs32;
     for (const StageDemo& other : stage.compare_with) {
-      const std::size_t need = stage_run_bytes(other, p);
-      if (!other.causal_ok(p)) {
+      AttentionProblem po = p;
+      if (!other.runs_in(p.dtype)) po.dtype = DType::F32;
+      const bool upload32 = po.dtype != p.dtype && !inputs32.q.data();
+      const std::size_t need = stage_run_bytes(other, po) + (upload32 ? po.qkvo_bytes() : 0);
+      if (!other.causal_ok(po)) {
         report.skipped.push_back(other.id + ": does not support --causal");
+      } else if (!other.runs_in(po.dtype)) {
+        report.skipped.push_back(other.id + ": does not run in " + dtype_name(po.dtype));
       } else if (!fits(require_device(), need)) {
         report.skipped.push_back(other.id + ": needs " + format_bytes(static_cast<double>(need)) + ", does not fit");
       } else {
-        report.compared.push_back(measure_stage(other, p, in, inputs, device, opt, nullptr));
+        if (upload32) inputs32 = upload_inputs(in.q, in.k, in.v, DType::F32);
+        const DeviceTensors t = po.dtype == p.dtype ? inputs.tensors() : inputs32.tensors();
+        report.compared.push_back(measure_stage(other, po, in, t, device, opt, nullptr));
       }
     }
   }
@@ -121,8 +135,67 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
 
 }  // namespace
 
+bool StageDemo::runs_in(DType t) const {
+  for (DType d : dtypes) {
+    if (d == t) return true;
+  }
+  return false;
+}
+
+DType stage_dtype(const StageDemo& stage, const std::string& dtype_flag) {
+  if (dtype_flag.empty()) return stage.dtypes.front();
+  DType t;
+  if (!parse_dtype(dtype_flag, &t)) {
+    throw UsageError("--dtype: unknown type '" + dtype_flag + "' (the types: fp32, fp16, bf16)");
+  }
+  if (!stage.runs_in(t)) {
+    std::string list;
+    for (std::size_t i = 0; i < stage.dtypes.size(); ++i) {
+      list += (i == 0 ? "" : (i + 1 == stage.dtypes.size() ? " or " : ", ")) + std::string(dtype_name(stage.dtypes[i]));
+    }
+    throw InputError("stage " + stage.id + " runs in " + list + " only, not " + dtype_name(t) +
+                     (t != DType::F32 ? " (fp16 and bf16 start at stage 06, on tensor cores)" : ""));
+  }
+  return t;
+}
+
+DeviceInputs upload_inputs(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                           DType t) {
+  const auto encode = [t](const std::vector<float>& x) {
+    std::vector<unsigned char> bytes(x.size() * dtype_bytes(t));
+    if (t == DType::F32) {
+      if (!x.empty()) std::memcpy(bytes.data(), x.data(), bytes.size());
+    } else {
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const uint16_t b = to_bits16(t, x[i]);
+        std::memcpy(bytes.data() + 2 * i, &b, 2);
+      }
+    }
+    return DeviceBuffer<unsigned char>(bytes);
+  };
+  DeviceInputs in;
+  in.dtype = t;
+  in.q = encode(q);
+  in.k = encode(k);
+  in.v = encode(v);
+  return in;
+}
+
+std::vector<float> download_as_float(const void* device_ptr, std::size_t n, DType t) {
+  std::vector<float> out(n);
+  if (n == 0) return out;
+  if (t == DType::F32) {
+    FA_CUDA_CHECK(cudaMemcpy(out.data(), device_ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return out;
+  }
+  std::vector<uint16_t> bits(n);
+  FA_CUDA_CHECK(cudaMemcpy(bits.data(), device_ptr, n * 2, cudaMemcpyDeviceToHost));
+  for (std::size_t i = 0; i < n; ++i) out[i] = from_bits16(t, bits[i]);
+  return out;
+}
+
 std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p) {
-  return static_cast<std::size_t>(p.q_elems()) * sizeof(float) + (stage.workspace_bytes ? stage.workspace_bytes(p) : 0) +
+  return static_cast<std::size_t>(p.q_elems()) * dtype_bytes(p.dtype) + (stage.workspace_bytes ? stage.workspace_bytes(p) : 0) +
          (stage.writes_lse ? static_cast<std::size_t>(p.rows()) * sizeof(float) : 0);
 }
 
@@ -138,10 +211,11 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   report.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
   if (stage.notes) report.notes = stage.notes(p);
 
-  DeviceBuffer<float> o(static_cast<std::size_t>(p.q_elems()));
+  DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * dtype_bytes(p.dtype));
   DeviceBuffer<unsigned char> ws(report.workspace_bytes);
   DeviceBuffer<float> lse(stage.writes_lse ? static_cast<std::size_t>(p.rows()) : 0);
   DeviceTensors t = inputs;
+  t.dtype = p.dtype;
   t.o = o.data();
   t.lse = stage.writes_lse ? lse.data() : nullptr;
   const auto forward = [&] { stage.run(p, t, ws.data()); };
@@ -151,7 +225,7 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   lse.fill_bytes(kPoisonByte);
   forward();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> out = o.download();
+  std::vector<float> out = download_as_float(o.data(), static_cast<std::size_t>(p.q_elems()), p.dtype);
   if (opt.check) {
     report.checked = true;
     const std::vector<float> lse_out = lse.download();

@@ -12,24 +12,63 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "common/device_buffer.h"
+#include "common/errors.h"
 #include "common/problem.h"
 
 namespace fa {
 
-/// Device pointers a stage reads and writes.
-struct DeviceTensors {
-  const float* q;  ///< [B, H, Nq, d]
-  const float* k;  ///< [B, H, Nkv, d]
-  const float* v;  ///< [B, H, Nkv, d]
-  float* o;        ///< [B, H, Nq, d], written by the stage
-  float* lse = nullptr;  ///< [B, H, Nq] log-sum-exp per query row, for stages that write it
+/// Device pointers of one element type T.
+template <typename T>
+struct TypedTensors {
+  const T* q;  ///< [B, H, Nq, d]
+  const T* k;  ///< [B, H, Nkv, d]
+  const T* v;  ///< [B, H, Nkv, d]
+  T* o;        ///< [B, H, Nq, d], written by the stage
+  float* lse;  ///< [B, H, Nq] log-sum-exp per query row, or null
 };
+
+/// Device pointers a stage reads and writes; their element type is `dtype`.
+struct DeviceTensors {
+  const void* q;  ///< [B, H, Nq, d]
+  const void* k;  ///< [B, H, Nkv, d]
+  const void* v;  ///< [B, H, Nkv, d]
+  void* o;        ///< [B, H, Nq, d], written by the stage
+  float* lse = nullptr;  ///< [B, H, Nq] log-sum-exp per query row (always fp32), for stages that write it
+  DType dtype = DType::F32;  ///< element type of q, k, v and o
+
+  /// The fp32 view that stages 01-05 take. \throws InputError if dtype is not fp32.
+  TypedTensors<float> f32() const {
+    if (dtype != DType::F32) throw InputError(std::string("this stage takes fp32 tensors, not ") + dtype_name(dtype));
+    return {static_cast<const float*>(q), static_cast<const float*>(k), static_cast<const float*>(v),
+            static_cast<float*>(o), lse};
+  }
+};
+
+/// Q, K and V uploaded to the device in one element type.
+struct DeviceInputs {
+  DType dtype = DType::F32;        ///< element type on the device
+  DeviceBuffer<unsigned char> q;   ///< Q's bytes
+  DeviceBuffer<unsigned char> k;   ///< K's bytes
+  DeviceBuffer<unsigned char> v;   ///< V's bytes
+  /// The inputs as a stage takes them (o and lse still null).
+  DeviceTensors tensors() const { return DeviceTensors{q.data(), k.data(), v.data(), nullptr, nullptr, dtype}; }
+};
+
+/// Converts host fp32 values to `t` (rounding to nearest even) and uploads them.
+DeviceInputs upload_inputs(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                           DType t);
+
+/// `n` elements of type `t` from the device, widened to float.
+std::vector<float> download_as_float(const void* device_ptr, std::size_t n, DType t);
 
 /// What a stage tells the driver about itself.
 struct StageDemo {
   std::string id;     ///< "01_naive": the stage's folder name
   std::string title;  ///< "naive three-kernel attention"
   bool supports_causal = true;  ///< false: --causal is refused with a clear message
+  /// Element types the stage runs in; the first is the demo's default --dtype.
+  std::vector<DType> dtypes = {DType::F32};
   bool writes_lse = false;      ///< true: the stage writes each row's log-sum-exp, and it is checked
   /// Device bytes the stage needs beyond Q, K, V, O (allocated by the driver, untimed).
   std::function<std::size_t(const AttentionProblem&)> workspace_bytes;
@@ -44,18 +83,24 @@ struct StageDemo {
 
   /// Whether the stage can run this problem's mask.
   bool causal_ok(const AttentionProblem& p) const { return supports_causal || !p.causal; }
+  /// Whether the stage runs in element type `t`.
+  bool runs_in(DType t) const;
 };
 
 struct AttentionInputs;
 struct DeviceInfo;
 struct RunReport;
 
+/// The element type `--dtype` names for `stage` (empty: the stage's default).
+/// \throws InputError naming the types the stage supports.
+DType stage_dtype(const StageDemo& stage, const std::string& dtype_flag);
+
 /// Device bytes one run of `stage` allocates besides Q, K and V: O, its workspace, its lse.
 std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p);
 
 /**
- * Runs one stage on inputs already on the device (`inputs`: Q, K, V; `in`: their host
- * copies, for the check): one run on a poisoned output, checked against the float64
+ * Runs one stage on inputs already on the device (`inputs`: Q, K, V of type p.dtype;
+ * `in`: their host copies, for the check): one run on a poisoned output, checked against the float64
  * reference on `opt.check_rows` rows when `opt.check`, then `opt.warmup` untimed and
  * `opt.repeats` timed runs. Allocates the stage's output and workspace itself; the
  * caller makes sure stage_run_bytes() fit. With warmup = repeats = 0 the stage runs

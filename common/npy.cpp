@@ -51,8 +51,15 @@ NpyArray load_npy(const std::string& path) {
   std::smatch mt;
   if (!std::regex_search(header, mt, std::regex(R"('descr'\s*:\s*'([^']*)')"))) bad(path, "header has no 'descr'");
   const std::string descr = mt[1];
-  if (!(descr == "<f4" || (descr == "=f4" && little_endian_host()))) {
-    bad(path, "dtype '" + descr + "' is not little-endian float32 ('<f4'); save with .astype(np.float32)");
+  const bool native = little_endian_host();
+  DType stored;
+  if (descr == "<f4" || (descr == "=f4" && native)) {
+    stored = DType::F32;
+  } else if (descr == "<f2" || (descr == "=f2" && native)) {
+    stored = DType::F16;
+  } else {
+    bad(path, "dtype '" + descr + "' is neither little-endian float32 ('<f4') nor float16 ('<f2'); "
+              "save with .astype(np.float32)");
   }
   if (!std::regex_search(header, mt, std::regex(R"('fortran_order'\s*:\s*(True|False))"))) {
     bad(path, "header has no 'fortran_order'");
@@ -60,6 +67,7 @@ NpyArray load_npy(const std::string& path) {
   if (mt[1] == "True") bad(path, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
   if (!std::regex_search(header, mt, std::regex(R"('shape'\s*:\s*\(([^)]*)\))"))) bad(path, "header has no 'shape'");
   NpyArray arr;
+  arr.stored = stored;
   const std::string dims = mt[1];
   int64_t count = 1;
   size_t pos = 0;
@@ -79,21 +87,29 @@ NpyArray load_npy(const std::string& path) {
   }
   if (!little_endian_host()) bad(path, "big-endian hosts are not supported");
   arr.data.resize(static_cast<size_t>(count));
-  if (!in.read(reinterpret_cast<char*>(arr.data.data()),
-               static_cast<std::streamsize>(count * sizeof(float)))) {
-    bad(path, "file ends before its " + std::to_string(count) + " values");
+  bool ok;
+  if (stored == DType::F16) {
+    std::vector<uint16_t> bits(static_cast<size_t>(count));
+    ok = static_cast<bool>(in.read(reinterpret_cast<char*>(bits.data()), static_cast<std::streamsize>(count * 2)));
+    for (size_t i = 0; i < bits.size(); ++i) arr.data[i] = half_bits_to_float(bits[i]);
+  } else {
+    ok = static_cast<bool>(in.read(reinterpret_cast<char*>(arr.data.data()),
+                                   static_cast<std::streamsize>(count * sizeof(float))));
   }
+  if (!ok) bad(path, "file ends before its " + std::to_string(count) + " values");
   return arr;
 }
 
-void save_npy(const std::string& path, const std::vector<int64_t>& shape, const float* data) {
+void save_npy(const std::string& path, const std::vector<int64_t>& shape, const float* data, DType as) {
   std::string dims;
   int64_t count = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     dims += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
     count *= shape[i];
   }
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  const bool half = as == DType::F16;
+  std::string dict = std::string("{'descr': '") + (half ? "<f2" : "<f4") + "', 'fortran_order': False, 'shape': (" +
+                     dims + "), }";
   // Pad with spaces so magic + version + length + header is a multiple of 64, ending in '\n'.
   const size_t prefix = 6 + 2 + 2;
   size_t total = prefix + dict.size() + 1;
@@ -108,7 +124,13 @@ void save_npy(const std::string& path, const std::vector<int64_t>& shape, const 
   out.put(0);
   out.write(lenb, 2);
   out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
+  if (half) {
+    std::vector<uint16_t> bits(static_cast<size_t>(count));
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = float_to_half_bits(data[i]);
+    out.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(count * 2));
+  } else {
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
+  }
   if (!out) bad(path, "write failed");
 }
 

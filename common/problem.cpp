@@ -24,7 +24,7 @@ constexpr double kMaxElements = 1e15;
 }  // namespace
 
 AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv,
-                              int64_t dim, double scale, bool causal) {
+                              int64_t dim, double scale, bool causal, DType dtype) {
   require_positive("batch", batch);
   require_positive("heads", heads);
   require_positive("seq-q", seq_q);
@@ -56,13 +56,15 @@ AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64
   p.scale = scale > 0.0 ? static_cast<float>(scale)
                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
   p.causal = causal;
+  p.dtype = dtype;
   return p;
 }
 
 std::string describe(const AttentionProblem& p) {
   std::ostringstream s;
   s << "B=" << p.batch << " H=" << p.heads << " Nq=" << p.seq_q << " Nkv=" << p.seq_kv
-    << " d=" << p.dim << " scale=" << p.scale << " causal=" << (p.causal ? "yes" : "no");
+    << " d=" << p.dim << " scale=" << p.scale << " causal=" << (p.causal ? "yes" : "no")
+    << " dtype=" << dtype_name(p.dtype);
   return s.str();
 }
 

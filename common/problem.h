@@ -4,7 +4,8 @@
  *
  * O = softmax(scale · Q·Kᵀ [+ causal mask]) · V, batched over B·H heads.
  * Q is [B, H, Nq, d]; K and V are [B, H, Nkv, d]; O is [B, H, Nq, d].
- * All tensors are contiguous, row-major fp32.
+ * All tensors are contiguous and row-major, of the problem's element type (fp32 for
+ * stages 01-05; fp16 or bf16 from stage 06 on). The log-sum-exp is always fp32.
  */
 #pragma once
 
@@ -12,6 +13,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/dtype.h"
 
 namespace fa {
 
@@ -31,6 +34,7 @@ struct AttentionProblem {
   float scale = 0.125f;  ///< multiplies Q·Kᵀ; 1/sqrt(d) unless chosen otherwise
   /// Causal mask, aligned top-left: query i sees keys j <= i (PyTorch's is_causal=True).
   bool causal = false;
+  DType dtype = DType::F32;  ///< element type of Q, K, V and O
 
   int64_t batch_heads() const { return batch * heads; }           ///< B·H
   int64_t q_elems() const { return batch_heads() * seq_q * dim; }  ///< elements of Q (and O)
@@ -38,7 +42,7 @@ struct AttentionProblem {
   int64_t rows() const { return batch_heads() * seq_q; }          ///< query rows over all heads
   /// Bytes of Q, K, V and O together: what any stage must read and write at least once.
   std::size_t qkvo_bytes() const {
-    return static_cast<std::size_t>(2 * q_elems() + 2 * kv_elems()) * sizeof(float);
+    return static_cast<std::size_t>(2 * q_elems() + 2 * kv_elems()) * dtype_bytes(dtype);
   }
   /// 4·B·H·Nq·Nkv·d: two matmuls of 2·Nq·Nkv·d each (the causal mask is not subtracted).
   double flops() const {
@@ -53,12 +57,14 @@ struct AttentionProblem {
  * \param batch B; \param heads H; \param seq_q Nq; \param seq_kv Nkv; \param dim d.
  * \param scale a positive scale, or 0 for the default 1/sqrt(d).
  * \param causal whether to apply the (top-left) causal mask.
+ * \param dtype the element type of Q, K, V and O.
  * \throws InputError with a message naming the bad value.
  */
 AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv,
-                              int64_t dim, double scale = 0.0, bool causal = false);
+                              int64_t dim, double scale = 0.0, bool causal = false,
+                              DType dtype = DType::F32);
 
-/// One line such as "B=4 H=32 Nq=4096 Nkv=4096 d=64 scale=0.125 causal=no".
+/// One line such as "B=4 H=32 Nq=4096 Nkv=4096 d=64 scale=0.125 causal=no dtype=fp32".
 std::string describe(const AttentionProblem& p);
 
 /// Bytes as a short human string, e.g. "8.00 GiB".

@@ -19,9 +19,18 @@ std::vector<float> random_uniform(int64_t n, uint64_t seed, float magnitude) {
 AttentionInputs random_inputs(const AttentionProblem& p, uint64_t seed, float magnitude) {
   // Distinct, well-separated seeds per tensor, so Q, K and V are unrelated.
   const uint64_t mix = 0x9E3779B97F4A7C15ull;
-  return AttentionInputs{random_uniform(p.q_elems(), seed * 3 + 0 + mix, magnitude),
-                         random_uniform(p.kv_elems(), seed * 3 + 1 + mix, magnitude),
-                         random_uniform(p.kv_elems(), seed * 3 + 2 + mix, magnitude)};
+  AttentionInputs in{random_uniform(p.q_elems(), seed * 3 + 0 + mix, magnitude),
+                     random_uniform(p.kv_elems(), seed * 3 + 1 + mix, magnitude),
+                     random_uniform(p.kv_elems(), seed * 3 + 2 + mix, magnitude)};
+  round_inputs(in, p.dtype);
+  return in;
+}
+
+void round_inputs(AttentionInputs& in, DType t) {
+  if (t == DType::F32) return;
+  for (std::vector<float>* x : {&in.q, &in.k, &in.v}) {
+    for (float& e : *x) e = round_to(t, e);
+  }
 }
 
 }  // namespace fa

@@ -25,7 +25,12 @@ struct AttentionInputs {
  * Random Q, K and V drawn from independent streams of one seed. With magnitude M the
  * logits scale·q·k reach about M²·sqrt(d)/3 in size: M = 30 at d = 64 gives logits in
  * the hundreds, where exp() without max subtraction overflows fp32.
+ * For an fp16 or bf16 problem the values are rounded to that type (round_inputs), so
+ * the host copies hold exactly what the kernel reads.
  */
 AttentionInputs random_inputs(const AttentionProblem& p, uint64_t seed, float magnitude = 1.0f);
+
+/// Rounds every value of Q, K and V to the nearest value of type `t` (fp32: unchanged).
+void round_inputs(AttentionInputs& in, DType t);
 
 }  // namespace fa

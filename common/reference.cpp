@@ -35,11 +35,14 @@ std::vector<int64_t> sample_indices(int64_t total, int64_t count) {
 
 namespace {
 
-// One algorithm for both precisions: scores, max, exp-sum, weighted sum of V, exactly
-// the three steps of stage 01, one row at a time.
+// One algorithm for every precision: scores, max, exp-sum, weighted sum of V, exactly
+// the three steps of stage 01, one row at a time. With `lowp` F16 or BF16 (Real =
+// float), the probabilities are rounded to that type before P·V and the output after,
+// as a plain fp16/bf16 matmul-softmax-matmul with fp32 accumulation does.
 template <typename Real>
 AttentionRows<Real> attention_rows(const AttentionProblem& p, const float* q, const float* k,
-                                   const float* v, const std::vector<int64_t>& rows) {
+                                   const float* v, const std::vector<int64_t>& rows,
+                                   DType lowp = DType::F32) {
   const int64_t d = p.dim;
   const Real scale = static_cast<Real>(p.scale);
   const Real neg_inf = -std::numeric_limits<Real>::infinity();
@@ -72,8 +75,12 @@ AttentionRows<Real> attention_rows(const AttentionProblem& p, const float* q, co
     }
     Real* o = out.o.data() + n * static_cast<size_t>(d);
     for (int64_t j = 0; j < visible; ++j) {
-      const Real pj = s[static_cast<size_t>(j)] / l;
+      Real pj = s[static_cast<size_t>(j)] / l;
+      if (lowp != DType::F32) pj = static_cast<Real>(round_to(lowp, static_cast<float>(pj)));
       for (int64_t c = 0; c < d; ++c) o[c] += pj * static_cast<Real>(vh[j * d + c]);
+    }
+    if (lowp != DType::F32) {
+      for (int64_t c = 0; c < d; ++c) o[c] = static_cast<Real>(round_to(lowp, static_cast<float>(o[c])));
     }
     out.m[n] = m;
     out.lse[n] = m + std::log(l);
@@ -93,6 +100,11 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
                                              const float* k, const float* v,
                                              const std::vector<int64_t>& rows) {
   return attention_rows<float>(p, q, k, v, rows);
+}
+
+AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
+                                        const float* v, const std::vector<int64_t>& rows) {
+  return attention_rows<float>(p, q, k, v, rows, p.dtype);
 }
 
 namespace {

@@ -5,7 +5,13 @@
  *
  * The float32 baseline runs the identical algorithm with float arithmetic. Its error
  * against float64 measures how much error plain fp32 has on this input, which is what
- * the comparison tolerance is built from (see compare.h).
+ * the comparison tolerance is built from (see compare.h). For fp16 and bf16 problems
+ * the baseline also rounds P and O to that type, as a plain low-precision
+ * matmul-softmax-matmul with fp32 accumulation does.
+ *
+ * Inputs are always the float values the stage reads: for fp16 and bf16 problems,
+ * values already rounded to that type (round_inputs() in random.h), so the reference
+ * computes exactly the attention of the tensors the kernel sees.
  */
 #pragma once
 
@@ -47,6 +53,13 @@ AttentionRows<double> reference_attention(const AttentionProblem& p, const float
 AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const float* q,
                                              const float* k, const float* v,
                                              const std::vector<int64_t>& rows);
+
+/**
+ * The same-precision baseline of `p.dtype`: baseline_attention_fp32() for fp32; for fp16
+ * and bf16, fp32 arithmetic with P rounded to that type before P·V and O after.
+ */
+AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
+                                        const float* v, const std::vector<int64_t>& rows);
 
 /**
  * Row softmax in float64: for each of `rows` rows of `cols` values, m = max(x),

@@ -97,13 +97,14 @@ void print_report(std::ostream& out, const RunReport& r) {
   if (!r.compared.empty() || !r.skipped.empty()) {
     out << "  side by side, same inputs (median ms; workspace = device memory beyond Q, K, V, O):\n";
     char buf[256];
-    std::snprintf(buf, sizeof buf, "    %-18s %11s %9s %12s %12s  %s\n", "stage", "median ms", cpu ? "" : "TFLOP/s",
-                  "workspace", "HBM model", "check");
+    std::snprintf(buf, sizeof buf, "    %-18s %5s %11s %9s %12s %12s  %s\n", "stage", "dtype", "median ms",
+                  cpu ? "" : "TFLOP/s", "workspace", "HBM model", "check");
     out << buf;
     std::vector<const RunReport*> rows = {&r};
     for (const RunReport& c : r.compared) rows.push_back(&c);
     for (const RunReport* c : rows) {
-      std::snprintf(buf, sizeof buf, "    %-18s %11.3f %9s %12s %12s  %s\n", c->stage.c_str(), c->median_ms,
+      std::snprintf(buf, sizeof buf, "    %-18s %5s %11.3f %9s %12s %12s  %s\n", c->stage.c_str(),
+                    dtype_name(c->problem.dtype), c->median_ms,
                     cpu ? "" : fixed(c->tflops(), 2).c_str(), format_bytes(static_cast<double>(c->workspace_bytes)).c_str(),
                     c->hbm_model_bytes > 0 ? format_bytes(c->hbm_model_bytes).c_str() : "-", verdict(*c));
       out << buf;
@@ -120,7 +121,8 @@ void print_report_json(std::ostream& out, const RunReport& r) {
     << "\",\"device\":\"" << json_escape(r.device.name) << "\",\"batch\":" << p.batch
     << ",\"heads\":" << p.heads << ",\"seq_q\":" << p.seq_q << ",\"seq_kv\":" << p.seq_kv
     << ",\"dim\":" << p.dim << ",\"scale\":" << json_number(p.scale)
-    << ",\"causal\":" << (p.causal ? "true" : "false") << ",\"median_ms\":" << json_number(r.median_ms)
+    << ",\"causal\":" << (p.causal ? "true" : "false") << ",\"dtype\":\"" << dtype_name(p.dtype)
+    << "\",\"median_ms\":" << json_number(r.median_ms)
     << ",\"warmup\":" << r.warmup << ",\"repeats\":" << r.repeats
     << ",\"tflops\":" << (r.device.backend == "cpu" ? "null" : json_number(r.tflops()))
     << ",\"effective_gbps\":" << (r.device.backend == "cpu" ? "null" : json_number(r.effective_gbps()))

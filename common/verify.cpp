@@ -8,7 +8,7 @@ AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs&
                                const std::vector<float>& o, const std::vector<int64_t>& rows,
                                const std::vector<float>* lse) {
   const AttentionRows<double> ref = reference_attention(p, in.q.data(), in.k.data(), in.v.data(), rows);
-  const AttentionRows<float> base = baseline_attention_fp32(p, in.q.data(), in.k.data(), in.v.data(), rows);
+  const AttentionRows<float> base = baseline_attention(p, in.q.data(), in.k.data(), in.v.data(), rows);
   const size_t d = static_cast<size_t>(p.dim);
   std::vector<float> got(rows.size() * d);
   for (size_t n = 0; n < rows.size(); ++n) {
@@ -16,11 +16,12 @@ AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs&
   }
   AttentionCheck check;
   check.rows = rows;
-  check.o = compare_fp32(got.data(), ref.o.data(), base.o.data(), static_cast<int64_t>(got.size()));
+  check.o = compare_with_baseline(p.dtype, got.data(), ref.o.data(), base.o.data(), static_cast<int64_t>(got.size()));
   if (lse) {
     std::vector<float> got_lse(rows.size());
     for (size_t n = 0; n < rows.size(); ++n) got_lse[n] = (*lse)[static_cast<size_t>(rows[n])];
     check.has_lse = true;
+    // The log-sum-exp is fp32 in every precision (scores are accumulated in fp32).
     check.lse = compare_fp32(got_lse.data(), ref.lse.data(), base.lse.data(),
                              static_cast<int64_t>(rows.size()));
   }

@@ -24,7 +24,8 @@ struct AttentionCheck {
 
 /**
  * Compares `o` (the full [B, H, Nq, d] output) on `rows` with the float64 reference,
- * using the fp32 tolerance from compare.h. If `lse` is given (one value per query row,
+ * using the tolerance of `p.dtype` from compare.h (the stage's output, converted to
+ * float, against a same-precision baseline's error). If `lse` is given (one value per query row,
  * B·H·Nq in total) it is checked too.
  */
 AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs& in,

@@ -31,19 +31,23 @@ struct StageResult {
   AttentionCheck check;    ///< against the reference, every row
 };
 
-/// Runs `stage` once on random inputs (seed, magnitude) and checks every row, and the
-/// log-sum-exp of every row when `with_lse`.
+/// Runs `stage` once on random inputs (seed, magnitude) of type p.dtype and checks every
+/// row, and the log-sum-exp of every row when `with_lse`.
 inline StageResult run_and_check(const AttentionProblem& p, const StageFn& stage, uint64_t seed,
                                  float magnitude = 1.0f, bool with_lse = false) {
-  const AttentionInputs in = random_inputs(p, seed, magnitude);
-  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(static_cast<size_t>(p.q_elems()));
+  const AttentionInputs in = random_inputs(p, seed, magnitude);  // rounded to p.dtype
+  const DeviceInputs inputs = upload_inputs(in.q, in.k, in.v, p.dtype);
+  DeviceBuffer<unsigned char> o(static_cast<size_t>(p.q_elems()) * dtype_bytes(p.dtype));
   DeviceBuffer<float> lse(with_lse ? static_cast<size_t>(p.rows()) : 0);
-  o.fill_bytes(kPoisonByte);  // an element the stage never writes stays NaN and fails
+  o.fill_bytes(kPoisonByte);  // an element the stage never writes stays NaN and fails (fp16/bf16 too)
   lse.fill_bytes(kPoisonByte);
-  stage(p, DeviceTensors{q.data(), k.data(), v.data(), o.data(), with_lse ? lse.data() : nullptr});
+  DeviceTensors t = inputs.tensors();
+  t.o = o.data();
+  t.lse = with_lse ? lse.data() : nullptr;
+  stage(p, t);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   StageResult r;
-  r.o = o.download();
+  r.o = download_as_float(o.data(), static_cast<size_t>(p.q_elems()), p.dtype);
   r.lse = lse.download();
   r.check = check_attention(p, in, r.o, all_rows(p), with_lse ? &r.lse : nullptr);
   return r;
@@ -64,34 +68,37 @@ inline const std::vector<std::pair<int64_t, int64_t>>& ragged_lengths() {
   return lengths;
 }
 
-/// The battery every attention stage passes: ragged lengths for every head dim, many
-/// heads and batches, causal (if supported), and large-magnitude logits.
-inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal) {
+/// The battery every attention stage passes, in element type `dtype`: ragged lengths for
+/// every head dim, many heads and batches, causal (if supported), and large-magnitude
+/// logits.
+inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal, DType dtype = DType::F32) {
   uint64_t seed = 100;
+  const double auto_scale = 0.0;
   SECTION("ragged lengths and every head dim") {
     for (int64_t d : supported_head_dims()) {
       for (auto [nq, nkv] : ragged_lengths()) {
-        const AttentionProblem p = make_problem(1, 2, nq, nkv, d);
+        const AttentionProblem p = make_problem(1, 2, nq, nkv, d, auto_scale, false, dtype);
         require_passed(p, run_and_check(p, stage, ++seed, 1.0f, with_lse));
       }
     }
   }
   SECTION("many heads and batches") {
-    const AttentionProblem p = make_problem(3, 5, 64, 100, 32);
+    const AttentionProblem p = make_problem(3, 5, 64, 100, 32, auto_scale, false, dtype);
     require_passed(p, run_and_check(p, stage, 7, 1.0f, with_lse));
   }
   if (causal) {
     SECTION("causal mask") {
       for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 257}, {257, 100}}) {
-        const AttentionProblem p = make_problem(2, 2, nq, nkv, 64, 0.0, /*causal=*/true);
+        const AttentionProblem p = make_problem(2, 2, nq, nkv, 64, auto_scale, /*causal=*/true, dtype);
         require_passed(p, run_and_check(p, stage, 11, 1.0f, with_lse));
       }
     }
   }
   SECTION("large-magnitude logits stay finite and accurate") {
     // Inputs in [-30, 30] at d = 64 give logits in the hundreds: exp() without the max
-    // subtraction would overflow to inf and the output would be NaN.
-    const AttentionProblem p = make_problem(1, 2, 100, 257, 64);
+    // subtraction would overflow to inf and the output would be NaN. (In fp16 the
+    // inputs stay far below its 65504 limit; the logits are fp32 accumulations.)
+    const AttentionProblem p = make_problem(1, 2, 100, 257, 64, auto_scale, false, dtype);
     const StageResult r = run_and_check(p, stage, 5, 30.0f, with_lse);
     for (float x : r.o) REQUIRE(std::isfinite(x));
     require_passed(p, r);

@@ -18,7 +18,8 @@ namespace {
 // Runs stage 01 with its workspace allocated here.
 void run_naive(const AttentionProblem& p, const DeviceTensors& t) {
   fa::DeviceBuffer<float> S(fa::naive::workspace_bytes(p) / sizeof(float));
-  fa::naive::attention(p, t.q, t.k, t.v, t.o, S.data());
+  const auto f = t.f32();
+  fa::naive::attention(p, f.q, f.k, f.v, f.o, S.data());
 }
 
 }  // namespace

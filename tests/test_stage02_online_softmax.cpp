@@ -122,7 +122,8 @@ TEST_CASE("stage 02 works in place", "[stage02]") {
 TEST_CASE("stage 01's attention with the online softmax matches the reference", "[stage02]") {
   const auto run = [](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
     fa::DeviceBuffer<float> S(fa::naive::workspace_bytes(p) / sizeof(float));
-    fa::naive::attention(p, t.q, t.k, t.v, t.o, S.data(), online::softmax_rows_only);
+    const auto f = t.f32();
+    fa::naive::attention(p, f.q, f.k, f.v, f.o, S.data(), online::softmax_rows_only);
   };
   fa::test::check_attention_stage(run, /*with_lse=*/false, /*causal=*/true);
 }

@@ -16,7 +16,8 @@ namespace {
 // Runs stage 04 and hands its final m and l to the battery as log-sum-exp = m + log(l).
 void run_flash1(const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
   fa::DeviceBuffer<float> m(static_cast<size_t>(p.rows())), l(static_cast<size_t>(p.rows()));
-  fa::flash1::attention(p, t.q, t.k, t.v, t.o, m.data(), l.data());
+  const auto f = t.f32();
+  fa::flash1::attention(p, f.q, f.k, f.v, f.o, m.data(), l.data());
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> mh = m.download(), lh = l.download();
   std::vector<float> lse(mh.size());

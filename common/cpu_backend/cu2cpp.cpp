@@ -14,7 +14,10 @@
 // Comments are blanked first (newlines kept), so text in comments is never rewritten.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -168,7 +171,7 @@ int main(int argc, char** argv) {
   }
   std::ifstream in(argv[1], std::ios::binary);
   if (!in) {
-    std::cerr << argv[1] << ": cannot open\n";
+    std::cerr << "fa_cu2cpp: " << argv[1] << ": cannot open (" << std::strerror(errno) << ")\n";
     return 1;
   }
   std::stringstream buf;
@@ -177,7 +180,24 @@ int main(int argc, char** argv) {
   text = rewrite_dynamic_shared(argv[1], text);
   text = rewrite_static_shared(text);
   text = rewrite_launches(argv[1], text);
+  // The output's folder may not exist yet (Ninja creates it, Unix Makefiles do not).
+  const std::filesystem::path target(argv[2]);
+  std::error_code ec;
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ec);
+  if (ec) {
+    std::cerr << "fa_cu2cpp: " << target.parent_path().string() << ": cannot create folder (" << ec.message() << ")\n";
+    return 1;
+  }
   std::ofstream out(argv[2], std::ios::binary);
+  if (!out) {
+    std::cerr << "fa_cu2cpp: " << argv[2] << ": cannot create (" << std::strerror(errno) << ")\n";
+    return 1;
+  }
   out << "#line 1 \"" << argv[1] << "\"\n" << text;
-  return out ? 0 : 1;
+  out.close();
+  if (!out) {
+    std::cerr << "fa_cu2cpp: " << argv[2] << ": write failed\n";
+    return 1;
+  }
+  return 0;
 }

@@ -112,6 +112,7 @@ const char* op_name(WarpOp op) {
     case WarpOp::Ballot: return "__ballot_sync";
     case WarpOp::Any: return "__any_sync";
     case WarpOp::All: return "__all_sync";
+    case WarpOp::Matrix: return "a warp matrix instruction";
   }
   return "?";
 }
@@ -128,6 +129,9 @@ struct Thread {
   unsigned mask = 0;
   std::uint64_t value = 0, result = 0;
   int param = 0, width = 32;
+  MatrixOp matrix_op = nullptr;   // WarpOp::Matrix: the instruction,
+  const char* matrix_name = "";   // its name,
+  void* matrix_data = nullptr;    // and this lane's operands and results
   std::exception_ptr error;
   const void* stack_bottom = nullptr;  // for AddressSanitizer's fiber annotations
   std::size_t stack_size = 0;
@@ -207,6 +211,9 @@ void asan_leave_fiber(Block& b, bool exiting) {
   (void)b, (void)exiting;
 #endif
 }
+
+// The collective a waiting thread is in, by name: "__shfl_xor_sync", "mma.sync", ...
+std::string wait_name(const Thread& t) { return t.op == WarpOp::Matrix ? t.matrix_name : op_name(t.op); }
 
 std::string xyz(uint3 v) {
   return "(" + std::to_string(v.x) + "," + std::to_string(v.y) + "," + std::to_string(v.z) + ")";
@@ -314,7 +321,7 @@ std::string describe_wait(const Block& b, const Thread& t) {
       }
       char mask[16];
       std::snprintf(mask, sizeof mask, "0x%08x", t.mask);
-      return "waiting in " + std::string(op_name(t.op)) + "(mask " + mask + ") at " + t.file + ":" +
+      return "waiting in " + wait_name(t) + "(mask " + mask + ") at " + t.file + ":" +
              std::to_string(t.line) + " for lanes " + lane_list(missing) + " of warp " +
              std::to_string(t.linear / 32) + ", which never arrive";
     }
@@ -350,16 +357,28 @@ bool try_complete_warp(Block& b, Thread& t) {
     if (!(t.mask >> lane & 1u)) continue;
     Thread& o = b.threads[static_cast<std::size_t>(base + lane)];
     if (o.state != State::Warp) return false;  // not there yet
-    if (o.op != t.op || o.mask != t.mask) {
+    if (o.op != t.op || o.mask != t.mask || o.matrix_op != t.matrix_op) {
       char m1[16], m2[16];
       std::snprintf(m1, sizeof m1, "0x%08x", t.mask);
       std::snprintf(m2, sizeof m2, "0x%08x", o.mask);
       fault(b, "warp " + std::to_string(t.linear / 32) + ": lane " + std::to_string(t.linear % 32) + " is in " +
-                   op_name(t.op) + "(mask " + m1 + ") at " + t.file + ":" + std::to_string(t.line) +
-                   " but lane " + std::to_string(lane) + " is in " + op_name(o.op) + "(mask " + m2 + ") at " +
+                   wait_name(t) + "(mask " + m1 + ") at " + t.file + ":" + std::to_string(t.line) +
+                   " but lane " + std::to_string(lane) + " is in " + wait_name(o) + "(mask " + m2 + ") at " +
                    o.file + ":" + std::to_string(o.line) + ": collectives of one warp must match");
     }
     lanes[lane] = &o;
+  }
+  if (t.op == WarpOp::Matrix) {
+    // The instruction sees every lane's operands at once and writes every lane's results.
+    void* data[32] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+      if (lanes[lane]) data[lane] = lanes[lane]->matrix_data;
+    }
+    t.matrix_op(data);
+    for (Thread* o : lanes) {
+      if (o) o->state = State::Ready;
+    }
+    return true;
   }
   std::uint64_t ballot = 0;
   for (int lane = 0; lane < 32; ++lane) {
@@ -469,12 +488,13 @@ void syncthreads(const char* file, int line) {
   yield(b, t);
 }
 
-std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int param, int width,
-                              const char* file, int line) {
-  Block& b = running_block(op_name(op));
-  Thread& t = *b.current;
+namespace {
+
+// Checks the mask, records what the calling lane waits in, and waits for its warp.
+void enter_collective(Block& b, Thread& t, WarpOp op, const char* name, unsigned mask, int width, const char* file,
+                      int line) {
   const int lane = t.linear % 32, base = t.linear / 32 * 32;
-  const auto where = [&] { return std::string(op_name(op)) + " at " + file + ":" + std::to_string(line) + ": "; };
+  const auto where = [&] { return std::string(name) + " at " + file + ":" + std::to_string(line) + ": "; };
   if (!(mask >> lane & 1u)) {
     fault(b, where() + thread_name(b, t) + " (lane " + std::to_string(lane) + ") is not in its own mask");
   }
@@ -487,12 +507,31 @@ std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int
   t.state = State::Warp;
   t.op = op;
   t.mask = mask;
-  t.value = value;
-  t.param = param;
   t.width = width;
   t.file = file;
   t.line = line;
   if (!try_complete_warp(b, t)) yield(b, t);  // the last lane to arrive completes it
+}
+
+}  // namespace
+
+void warp_matrix(MatrixOp op, const char* name, unsigned mask, void* lane_data, const char* file, int line) {
+  Block& b = running_block(name);
+  Thread& t = *b.current;
+  t.matrix_op = op;
+  t.matrix_name = name;
+  t.matrix_data = lane_data;
+  enter_collective(b, t, WarpOp::Matrix, name, mask, 32, file, line);
+  t.matrix_op = nullptr;
+}
+
+std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int param, int width,
+                              const char* file, int line) {
+  Block& b = running_block(op_name(op));
+  Thread& t = *b.current;
+  t.value = value;
+  t.param = param;
+  enter_collective(b, t, op, op_name(op), mask, width, file, line);
   return t.result;
 }
 

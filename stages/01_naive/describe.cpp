@@ -10,7 +10,8 @@ StageDemo describe() {
   stage.title = "naive three-kernel attention (S = scale*Q*K^T, softmax, O = P*V)";
   stage.workspace_bytes = workspace_bytes;
   stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void* workspace) {
-    attention(p, t.q, t.k, t.v, t.o, static_cast<float*>(workspace));
+    const auto f = t.f32();
+    attention(p, f.q, f.k, f.v, f.o, static_cast<float*>(workspace));
   };
   // Q, K, V read and O written once, plus the N×N matrix four times (write S, read S,
   // write P, read P); the softmax's repeated reads of a row hit in cache.

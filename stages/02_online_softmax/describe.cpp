@@ -11,7 +11,8 @@ StageDemo describe() {
   stage.id = "02_online_softmax";
   stage.title = "stage 01 with the online softmax (m and l in one sweep); S still in HBM";
   stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void* workspace) {
-    naive::attention(p, t.q, t.k, t.v, t.o, static_cast<float*>(workspace), softmax_rows_only);
+    const auto f = t.f32();
+    naive::attention(p, f.q, f.k, f.v, f.o, static_cast<float*>(workspace), softmax_rows_only);
   };
   return stage;
 }

@@ -12,7 +12,8 @@ StageDemo describe() {
   stage.writes_lse = true;
   stage.workspace_bytes = [](const AttentionProblem&) { return std::size_t{0}; };
   stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void*) {
-    attention(p, t.q, t.k, t.v, t.o, t.lse);
+    const auto f = t.f32();
+    attention(p, f.q, f.k, f.v, f.o, f.lse);
   };
   // Every query's thread asks for all of K and V: the bytes requested if no cache helped.
   stage.hbm_bytes = [](const AttentionProblem& p) {

@@ -11,7 +11,8 @@ StageDemo describe() {
   stage.workspace_bytes = workspace_bytes;
   stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void* workspace) {
     float* m = static_cast<float*>(workspace);
-    attention(p, t.q, t.k, t.v, t.o, m, m + p.rows());
+    const auto f = t.f32();
+    attention(p, f.q, f.k, f.v, f.o, m, m + p.rows());
   };
   stage.hbm_bytes = hbm_bytes_model;
   stage.notes = [](const AttentionProblem& p) {

@@ -8,7 +8,8 @@
  *   (blocks run one at a time, so a function-static array is per-block shared memory).
  * - threadIdx, blockIdx, blockDim, gridDim are read-only views of the scheduler's state:
  *   writing to them fails to compile, as under nvcc.
- * - __syncthreads, __syncwarp, shuffles, votes: rendezvous in the fiber scheduler.
+ * - __syncthreads, __syncwarp, shuffles, votes: rendezvous in the fiber scheduler;
+ *   ldmatrix and mma.sync too (fa_cpu/warp_matrix.h), through the PTX wrappers.
  * - Math functions are the host's (expf, exp2f, ...); fast intrinsics (__expf) map to
  *   the accurate functions. Atomics are plain read-modify-writes: only one fiber runs
  *   at a time.
@@ -24,6 +25,10 @@
 
 #include "cuda_runtime.h"
 #include "fa_cpu/scheduler.h"
+#include "fa_cpu/warp_matrix.h"
+
+/// Defined in kernel files built for the CPU backend (the PTX wrappers test it).
+#define FA_CPU_KERNEL 1
 
 /// \cond CPU_BACKEND_KEYWORDS
 #define __global__

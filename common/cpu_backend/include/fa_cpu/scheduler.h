@@ -57,7 +57,7 @@ struct LaunchConfig {
 void run_kernel(const LaunchConfig& config, const std::function<void()>& body);
 
 /// The kinds of warp-level collective.
-enum class WarpOp : std::uint8_t { Sync, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+enum class WarpOp : std::uint8_t { Sync, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All, Matrix };
 
 /// __syncthreads(): waits until every thread of the block that has not exited arrives.
 void syncthreads(const char* file, int line);
@@ -69,6 +69,19 @@ void syncthreads(const char* file, int line);
  */
 std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int param, int width,
                               const char* file, int line);
+
+/// A warp-wide matrix instruction (ldmatrix, mma.sync): given every lane's operand block,
+/// indexed by lane (null for lanes outside the mask), computes every lane's results.
+using MatrixOp = void (*)(void* const lanes[32]);
+
+/**
+ * One warp-wide matrix instruction: every lane in `mask` calls it with the same `op`,
+ * passing a pointer to its own operands and results (`lane_data`, valid until the call
+ * returns). The last lane to arrive runs `op` over all lanes' blocks, so the instruction
+ * sees the whole warp's registers at once, as the hardware does. `name` names the
+ * instruction in deadlock and mismatch reports.
+ */
+void warp_matrix(MatrixOp op, const char* name, unsigned mask, void* lane_data, const char* file, int line);
 
 /// Mask of the lanes of the calling warp that have not exited.
 unsigned active_mask();

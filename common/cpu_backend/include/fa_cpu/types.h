@@ -42,5 +42,7 @@ inline constexpr float4 make_float4(float x, float y, float z, float w) { return
 inline constexpr int2 make_int2(int x, int y) { return {x, y}; }
 inline constexpr int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 inline constexpr uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; }
+inline constexpr uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline constexpr uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline constexpr double2 make_double2(double x, double y) { return {x, y}; }
 /// \endcond

@@ -1,0 +1,119 @@
+/**
+ * \file mma.cuh
+ * \brief The tensor-core instructions of stage 06, each a few lines of inline PTX:
+ *        `ldmatrix` (shared memory to fragments) and `mma.sync.m16n8k16` (D = A·B + C).
+ *
+ * A warp computes a 16×8 tile of D = A·B + C with A 16×16 and B 16×8, each lane holding
+ * a fixed piece of each matrix (g = lane / 4, t = lane % 4; A row-major, B as k × n):
+ *
+ *              A (16×16, four registers a0..a3,            B (16×8, two registers
+ *                 each two 16-bit values)                     b0, b1)
+ *              cols 0..7        cols 8..15                    n = 0 .. 7
+ *            +----------------+----------------+            +------------------+
+ *  rows 0..7 | a0: (g, 2t..+1)| a2: (g, 2t+8..)|  k = 0..7  | b0: (k=2t..+1, g)|
+ *            +----------------+----------------+            +------------------+
+ *  rows 8..15| a1: (g+8, 2t..)| a3: (g+8,2t+8..)|  k = 8..15 | b1: (k=2t+8.., g)|
+ *            +----------------+----------------+            +------------------+
+ *
+ *              C and D (16×8 fp32, four floats c0..c3)
+ *            +---------------------------------+
+ *  rows 0..7 | c0, c1: (g, 2t), (g, 2t+1)      |
+ *  rows 8..15| c2, c3: (g+8, 2t), (g+8, 2t+1)  |
+ *            +---------------------------------+
+ *
+ * The drawing names registers. Each register holds two neighbouring columns (of A, C) or
+ * rows (k, of B), the lower one in its low 16 bits; the ISA numbers those 16-bit elements
+ * a0..a7 and b0..b3, two per register, in register order.
+ *
+ * So lane t of a quad (the four lanes with the same g) holds columns 2t, 2t+1 of rows g
+ * and g+8 of C: a row of the score tile lives in one quad, which is why a row max needs
+ * only two shuffles. And C's layout is A's layout, column pair for column pair: two
+ * neighbouring 16×8 C tiles, rounded to 16 bits, are exactly the A fragment of the next
+ * product. That is how P goes from Q·Kᵀ into P·V without leaving registers.
+ *
+ * `ldmatrix.x4` loads four 8×8 matrices of 16-bit elements: lane 8·i + r gives the
+ * address of row r of matrix i (one 16-byte row), and register i of lane L receives
+ * row L/4, columns 2·(L%4) and 2·(L%4)+1 of matrix i: exactly an A or B register. With
+ * `.trans` lane L receives column L/4, rows 2·(L%4) and 2·(L%4)+1: the transpose, for an
+ * operand stored the other way round in shared memory (V, whose rows are keys = k).
+ *
+ * On the CPU backend each instruction is a warp collective that implements these layouts
+ * (common/cpu_backend/include/fa_cpu/warp_matrix.h); a GPU test proves it against the
+ * hardware.
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace fa::tc {
+
+/// Four 8×8 matrices from shared memory; `row` is this lane's row address (16-byte aligned).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::ldmatrix(4, false, row, r, __FILE__, __LINE__);
+#else
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));  // a shared-window address
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+
+/// The same, each matrix transposed on the way (for an operand stored k-major).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::ldmatrix(4, true, row, r, __FILE__, __LINE__);
+#else
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+
+/// d = A·B + d for one 16×8×16 tile; T is __half or __nv_bfloat16, accumulation in fp32.
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value, "fp16 or bf16");
+#ifdef FA_CPU_KERNEL
+  const uint32_t b[2] = {b0, b1};
+  const auto type = std::is_same<T, __half>::value ? ::fa_cpu::MmaType::F16 : ::fa_cpu::MmaType::BF16;
+  ::fa_cpu::mma_m16n8k16(type, d, a, b, d, __FILE__, __LINE__);
+#else
+  if constexpr (std::is_same<T, __half>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+/// Two floats rounded to T (nearest even) in one 32-bit register, `lo` in the low half:
+/// one A or B register, or two neighbouring output elements.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same<T, __half>::value) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+}  // namespace fa::tc

@@ -1,0 +1,168 @@
+// The proof that the CPU backend's ldmatrix, mma.sync and 16-bit roundings are the
+// hardware's: the same probe kernels (tensor_core_probe.cu) on the same inputs, once on
+// the GPU and once on the CPU backend. Two programs, because one process cannot hold
+// both CUDA runtimes:
+//
+//   tensor_core_probe --write FILE       (GPU build) runs the probes, writes their outputs
+//   tensor_core_probe_cpu --check FILE   (CPU build) runs them too, compares with FILE
+//
+// ldmatrix moves bits and the roundings are exact, so those must be identical; mma
+// results must agree within fp32 accumulation rounding (the order and rounding of the
+// tensor core's internal sums are not specified, so the emulation sums exactly).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <string>
+
+#include "common/demo.h"
+#include "common/device.h"
+#include "common/dtype.h"
+#include "common/errors.h"
+#include "common/random.h"
+#include "tests/tensor_core_probe.h"
+
+namespace fa::probe {
+
+ProbeInputs make_inputs(uint64_t seed) {
+  ProbeInputs in;
+  const std::vector<float> bits = random_uniform(kTileRows * 16, seed, 1.0f);
+  for (float x : bits) in.tile.push_back(static_cast<uint16_t>((x + 1.0f) * 32767.5f));
+  // Lane L reads row row_of[L]: a scrambled choice of distinct rows, and a column half.
+  const std::vector<float> shuffle = random_uniform(kTileRows, seed + 1, 1.0f);
+  std::vector<int> rows(kTileRows);
+  for (int i = 0; i < kTileRows; ++i) rows[i] = i;
+  for (int i = kTileRows - 1; i > 0; --i) {
+    const int j = static_cast<int>((shuffle[static_cast<size_t>(i)] + 1.0f) * 0.5f * static_cast<float>(i + 1)) % (i + 1);
+    std::swap(rows[static_cast<size_t>(i)], rows[static_cast<size_t>(j)]);
+  }
+  const std::vector<float> halves = random_uniform(32, seed + 2, 1.0f);
+  for (int l = 0; l < 32; ++l) {
+    in.row_of.push_back(rows[static_cast<size_t>(l)]);
+    in.col_of.push_back(halves[static_cast<size_t>(l)] < 0 ? 0 : 1);
+  }
+  // mma operands: random values in [-2, 2] rounded to fp16 / bf16, packed two per register.
+  const DType types[2] = {DType::F16, DType::BF16};
+  for (int t = 0; t < 2; ++t) {
+    const std::vector<float> a = random_uniform(32 * 8, seed + 3 + static_cast<uint64_t>(t), 2.0f);
+    const std::vector<float> b = random_uniform(32 * 4, seed + 5 + static_cast<uint64_t>(t), 2.0f);
+    for (size_t i = 0; i < a.size(); i += 2) {
+      in.mma_a[t].push_back(to_bits16(types[t], a[i]) | static_cast<uint32_t>(to_bits16(types[t], a[i + 1])) << 16);
+    }
+    for (size_t i = 0; i < b.size(); i += 2) {
+      in.mma_b[t].push_back(to_bits16(types[t], b[i]) | static_cast<uint32_t>(to_bits16(types[t], b[i + 1])) << 16);
+    }
+  }
+  in.mma_c = random_uniform(32 * 4, seed + 7, 4.0f);
+  // Values to round: random ones of every size, and the hard cases.
+  for (float x : random_uniform(2000, seed + 8, 1.0f)) in.floats.push_back(std::ldexp(x, static_cast<int>(x * 1000) % 40));
+  const float hard[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f, -1e6f, 6.1035156e-05f /* 2^-14 */,
+                        5.9604645e-08f /* 2^-24 */, 2.9802322e-08f /* 2^-25: a tie */, 3.0e-08f, 1.0e-9f,
+                        1.00048828125f /* 1 + 2^-11: a tie in fp16 */, 1.00146484375f /* 1 + 3·2^-11 */,
+                        1.00390625f /* 1 + 2^-8: a tie in bf16 */, 1.01171875f /* 1 + 3·2^-8 */, 3.4e38f,
+                        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                        1.17549435e-38f, 1e-40f /* an fp32 subnormal */};
+  for (float x : hard) {
+    in.floats.push_back(x);
+    in.floats.push_back(-x);
+  }
+  return in;
+}
+
+namespace {
+
+template <typename T>
+void put(std::ofstream& f, const std::vector<T>& v) {
+  const uint64_t n = v.size();
+  f.write(reinterpret_cast<const char*>(&n), sizeof n);
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
+}
+template <typename T>
+std::vector<T> get(std::ifstream& f) {
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), sizeof n);
+  if (!f || n > (1u << 20)) throw InputError("probe file is malformed");
+  std::vector<T> v(n);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
+  if (!f) throw InputError("probe file is truncated");
+  return v;
+}
+
+// Counts the registers that differ, printing the first few with their lane.
+int compare_bits(const char* what, const std::vector<uint32_t>& cpu, const std::vector<uint32_t>& gpu, int per_lane) {
+  int bad = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (i < cpu.size() && cpu[i] == gpu[i]) continue;
+    if (++bad <= 5) {
+      std::printf("  %s: lane %zu register %zu: CPU backend 0x%08x, GPU 0x%08x\n", what, i / static_cast<size_t>(per_lane),
+                  i % static_cast<size_t>(per_lane), i < cpu.size() ? cpu[i] : 0u, gpu[i]);
+    }
+  }
+  std::printf("%s: %zu registers, %d differ\n", what, gpu.size(), bad);
+  return bad + (cpu.size() != gpu.size());
+}
+
+}  // namespace
+
+}  // namespace fa::probe
+
+int main(int argc, char** argv) {
+  using namespace fa::probe;
+  return fa::run_guarded(argv[0], [&] {
+    if (argc != 3 || (std::strcmp(argv[1], "--write") != 0 && std::strcmp(argv[1], "--check") != 0)) {
+      std::cerr << "usage: " << argv[0] << " --write FILE | --check FILE\n";
+      return 2;
+    }
+    const std::string mode = argv[1], path = argv[2];
+    if (mode == "--write") std::remove(path.c_str());  // never leave an old file to compare with
+    const fa::DeviceInfo device = fa::require_device();
+    const ProbeInputs in = make_inputs(2026);
+    const ProbeOutputs out = run_probes(in);
+    if (mode == "--write") {
+      std::ofstream f(path, std::ios::binary);
+      put(f, out.ldmatrix), put(f, out.ldmatrix_trans), put(f, out.mma_d[0]), put(f, out.mma_d[1]);
+      put(f, out.half2), put(f, out.bf162);
+      if (!f) throw fa::InputError(path + ": write failed");
+      std::cout << "probe outputs of " << device.name << " written to " << path << "\n";
+      return 0;
+    }
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+      // The GPU probe removes the file first and writes it only when it ran on a GPU.
+      std::cout << "skipped: " << path << " is missing: no CUDA GPU is available to write it "
+                << "(tensor_core_probe --write)\n";
+      return 0;
+    }
+    ProbeOutputs gpu;
+    gpu.ldmatrix = get<uint32_t>(f), gpu.ldmatrix_trans = get<uint32_t>(f);
+    gpu.mma_d[0] = get<float>(f), gpu.mma_d[1] = get<float>(f);
+    gpu.half2 = get<uint32_t>(f), gpu.bf162 = get<uint32_t>(f);
+    int bad = compare_bits("ldmatrix.x4", out.ldmatrix, gpu.ldmatrix, 4);
+    bad += compare_bits("ldmatrix.x4.trans", out.ldmatrix_trans, gpu.ldmatrix_trans, 4);
+    bad += compare_bits("fp16 rounding (pairs)", out.half2, gpu.half2, 1);
+    bad += compare_bits("bf16 rounding (pairs)", out.bf162, gpu.bf162, 1);
+    const char* names[2] = {"mma.sync fp16", "mma.sync bf16"};
+    for (int t = 0; t < 2; ++t) {
+      // |products| <= 2·2 each, 16 of them, plus |c| <= 4: sums stay below 68, so fp32
+      // accumulation rounding is below 16 · 2^-24 · 68 ≈ 7e-5. A layout error is O(1).
+      const double tol = 1e-4;
+      double worst = 0;
+      int off = 0;
+      for (size_t i = 0; i < gpu.mma_d[t].size(); ++i) {
+        const double diff = i < out.mma_d[t].size() ? std::fabs(out.mma_d[t][i] - gpu.mma_d[t][i]) : INFINITY;
+        worst = std::max(worst, diff);
+        if (!(diff <= tol) && ++off <= 5) {
+          std::printf("  %s: lane %zu d%zu: CPU backend %.8g, GPU %.8g\n", names[t], i / 4, i % 4,
+                      i < out.mma_d[t].size() ? out.mma_d[t][i] : NAN, gpu.mma_d[t][i]);
+        }
+      }
+      std::printf("%s: %zu values, max |CPU - GPU| = %.3g (allowed %.0e), %d outside\n", names[t], gpu.mma_d[t].size(),
+                  worst, tol, off);
+      bad += off;
+    }
+    std::cout << (bad == 0 ? "PASSED: the CPU backend matches the GPU" : "FAILED") << "\n";
+    return bad == 0 ? 0 : 1;
+  });
+}
