@@ -6,11 +6,20 @@ build=${1:-/tmp/fa-build}
 logs=${OUT:-$PWD/gpu-logs}
 mkdir -p "$logs"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$logs/device.txt"
-# The machine's own Catch2 if it has one, else the Debian package unpacked in .deps/.
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$logs/configure.log" 2>&1 ||
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps/catch2/usr" \
+# The machine's own Catch2 and Boost if it has them, else Debian's packages carried in
+# .deps/ (catch2/usr unpacked; boost-debs/*.deb, unpacked here): with Boost the CPU
+# backend is built too, and the test that compares it with the GPU runs.
+prefix="$PWD/.deps/catch2/usr"
+if ls .deps/boost-debs/*.deb > /dev/null 2>&1; then
+  mkdir -p /tmp/fa-boost
+  for deb in .deps/boost-debs/*.deb; do dpkg -x "$deb" /tmp/fa-boost; done
+  prefix="$prefix;/tmp/fa-boost/usr"
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$logs/configure.log" 2>&1 &&
+  grep -q "Catch2 " "$logs/configure.log" && ! grep -q "Boost.Context not found" "$logs/configure.log" ||
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
     > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
-grep -E "Catch2|CUDA" "$logs/configure.log"
+grep -E "Catch2|CUDA|Boost" "$logs/configure.log"
 cmake --build "$build" > "$logs/build.log" 2>&1 || { grep -E "error" -A5 "$logs/build.log" | head -60; exit 1; }
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" > "$logs/ctest.log" 2>&1
 tail -15 "$logs/ctest.log"

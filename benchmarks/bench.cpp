@@ -316,7 +316,11 @@ int run(int argc, const char* const* argv) {
 
   const std::vector<StageDemo> stages = select_stages(o.stages);
   if (o.list) {
-    for (const StageDemo& s : stages) std::cout << s.id << "  " << s.title << "\n";
+    for (const StageDemo& s : stages) {  // id, the precisions it runs in (first: its default), title
+      std::string types;
+      for (fa::DType t : s.dtypes) types += (types.empty() ? "" : ",") + std::string(fa::dtype_name(t));
+      std::cout << s.id << "  " << types << "  " << s.title << "\n";
+    }
     return fa::kExitPassed;
   }
   if (o.min_repeats > o.repeats) throw fa::UsageError("--min-repeats must not exceed --repeats");

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Measured HBM traffic per stage with Nsight Compute, next to each stage's IO model.
 
-For each stage and sequence length it runs `fa_bench --profile` (one forward pass,
+For each stage and sequence length it runs `fa_bench --profile` (one forward pass, in
+the stage's first precision: FP32 for stages 01-05, FP16 for stage 06;
 untimed, unchecked) under ncu, sums dram__bytes_read.sum and dram__bytes_write.sum over
 every kernel of that pass, and writes one CSV row with the stage's IO-model bytes from
 fa_bench and the minimum any exact attention moves (Q, K, V read and O written once). Use shapes well beyond the L2 cache (the default, B=1 H=32 d=64 with N = 4096
@@ -21,7 +22,7 @@ import sys
 import tempfile
 
 METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum"]
-HEADER = ["name", "device", "batch", "heads", "seq_q", "seq_kv", "dim", "kernels", "dram_read_bytes",
+HEADER = ["name", "precision", "device", "batch", "heads", "seq_q", "seq_kv", "dim", "kernels", "dram_read_bytes",
           "dram_write_bytes", "hbm_model_bytes", "minimum_bytes", "status", "note"]
 UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12}
 
@@ -65,22 +66,24 @@ def main():
     if listed.returncode != 0:
         print(listed.stderr, file=sys.stderr, end="")
         return listed.returncode
-    stages = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    # `fa_bench --list`: "<id>  <precisions, default first>  <title>"
+    stages = [(line.split()[0], line.split()[1].split(",")[0]) for line in listed.stdout.splitlines() if line.strip()]
     failed = False
     with open(args.csv, "w", newline="") as f, tempfile.TemporaryDirectory() as tmp:
         out = csv.DictWriter(f, fieldnames=HEADER)
         out.writeheader()
         for n in [int(x) for x in args.seq.split(",")]:
-            for stage in stages:
+            for stage, prec in stages:
                 log, rows = os.path.join(tmp, "ncu.csv"), os.path.join(tmp, "bench.csv")
                 cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(METRICS), "--csv",
-                       "--print-units", "base", "--log-file", log, args.bench, "--profile", "--stages", stage,
+                       "--print-units", "base", "--log-file", log, args.bench, "--profile", "--stages", stage, "--precisions", prec,
                        "--batch", str(args.batch), "--heads", str(args.heads), "--dim", str(args.dim),
                        "--seq", str(n), "--csv", rows]
                 run = subprocess.run(cmd, capture_output=True, text=True)
                 row = dict.fromkeys(HEADER, "")
-                row.update(name=stage, batch=args.batch, heads=args.heads, seq_q=n, seq_kv=n, dim=args.dim,
-                           minimum_bytes=4 * args.batch * args.heads * n * args.dim * 4)  # Q, K, V read, O written
+                elem = 4 if prec == "fp32" else 2
+                row.update(name=stage, precision=prec, batch=args.batch, heads=args.heads, seq_q=n, seq_kv=n,
+                           dim=args.dim, minimum_bytes=4 * args.batch * args.heads * n * args.dim * elem)  # Q, K, V, O once
                 bench_rows = list(csv.DictReader(open(rows))) if os.path.exists(rows) else []
                 if bench_rows:
                     b = bench_rows[0]

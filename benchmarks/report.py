@@ -6,7 +6,8 @@ Reads, from one results folder: bench.csv and bench.json (fa_bench), torch.csv
 
   results.csv        every row of bench.csv and torch.csv in one table
   RESULTS.md         the tables: time per N, the seeds' shape in detail, HBM traffic
-  time_d<d>.svg      time vs N, log-log, per stage and baseline
+  time_d<d>.svg      time vs N, log-log, per stage and baseline (FP32, with stage 06 in FP16)
+  time_d<d>_<p>.svg  time vs N in FP16 and in BF16: stage 06 beside PyTorch in that precision
   memory_d<d>.svg    device memory one forward pass needs vs N
   hbm.svg            measured DRAM bytes vs each stage's IO model
 
@@ -40,6 +41,8 @@ SERIES = [
     ("03_streaming", "fp32", "03 streaming", "#8c564b", "", True),
     ("04_flash1", "fp32", "04 FlashAttention-1", "#2ca02c", "", True),
     ("05_flash2", "fp32", "05 FlashAttention-2", "#1f77b4", "", True),
+    ("06_tensor_cores", "fp16", "06 tensor cores FP16", "#e6550d", "8,3,2,3", True),
+    ("06_tensor_cores", "bf16", "06 tensor cores BF16", "#e6550d", "4,4", False),
     ("cublas_baseline", "fp32", "cuBLAS GEMM + softmax + GEMM", "#7f7f7f", "6,3", True),
 ]
 for _prec, _dash in (("fp32", "2,3"), ("fp16", "8,3,2,3"), ("bf16", "4,4")):
@@ -52,7 +55,8 @@ for _prec, _dash in (("fp32", "2,3"), ("fp16", "8,3,2,3"), ("bf16", "4,4")):
         _plot = (_prec == "fp32" and _name not in ("sdpa_flash", "sdpa_cudnn", "sdpa_default")) or \
                 (_prec == "fp16" and _name in ("sdpa_flash", "sdpa_cudnn"))
         SERIES.append((_name, _prec, f"{_label} {_prec.upper()}", _colour, _dash, _plot))
-STAGES = [s[0] for s in SERIES[:5]]
+STAGES = [s[0] for s in SERIES[:5]]  # the FP32 stages
+LOWP = ("fp16", "bf16")  # the tensor-core precisions, each with a plot of its own
 BARS = [("measured: DRAM bytes read + written (Nsight Compute)", "#1f77b4"), ("IO model", "#c7c7c7"),
         ("minimum: Q, K, V read + O written once", "#2ca02c")]
 
@@ -307,6 +311,17 @@ def headlines(idx, dim=SEEDS_D, n=SEEDS_N):
                f"({t('sdpa_math')} -> {t('05_flash2')})")
     out.append(f"stage 05 vs PyTorch SDPA flash in FP16 (tensor cores, a later stage's subject): "
                f"{ratio(ms('sdpa_flash', 'fp16'), ms('05_flash2'))} ({t('sdpa_flash', 'fp16')} -> {t('05_flash2')})")
+    for prec in LOWP:
+        if not ms("06_tensor_cores", prec):
+            continue
+        P = prec.upper()
+        out.append(f"stage 06 in {P} vs stage 05 in FP32: {ratio(ms('05_flash2'), ms('06_tensor_cores', prec))} "
+                   f"({t('05_flash2')} -> {t('06_tensor_cores', prec)})")
+        for be, label in (("sdpa_flash", "flash"), ("sdpa_cudnn", "cuDNN")):
+            a, b = ms(be, prec), ms("06_tensor_cores", prec)
+            if a and b:
+                out.append(f"stage 06 vs PyTorch SDPA {label} in {P}: {ratio(a, b)} ({t(be, prec)} -> "
+                           f"{t('06_tensor_cores', prec)}): {a / b:.0%} of its throughput")
     return out
 
 
@@ -325,11 +340,13 @@ def hbm_table(hbm):
     lines = ["| stage | N | DRAM read | DRAM written | read + written | IO model | measured / model | "
              "minimum (Q, K, V, O once) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in hbm:
+        prec = r.get("precision") or "fp32"
+        name = r["name"] + ("" if prec == "fp32" else f" ({prec.upper()})")
         if r["status"] != "measured":
-            lines.append(f"| {r['name']} | {r['seq_q']} | {r['status']} | | | | | |")
+            lines.append(f"| {name} | {r['seq_q']} | {r['status']} | | | | | |")
             continue
         rd, wr, model = fnum(r["dram_read_bytes"]), fnum(r["dram_write_bytes"]), fnum(r["hbm_model_bytes"])
-        lines.append(f"| {r['name']} | {r['seq_q']} | {rd / 1e9:.3f} GB | {wr / 1e9:.3f} GB | "
+        lines.append(f"| {name} | {r['seq_q']} | {rd / 1e9:.3f} GB | {wr / 1e9:.3f} GB | "
                      f"{(rd + wr) / 1e9:.3f} GB | {model / 1e9:.3f} GB | {(rd + wr) / model:.2g} | "
                      f"{(fnum(r.get('minimum_bytes')) or 0) / 1e9:.3f} GB |")
     return "\n".join(lines)
@@ -392,6 +409,20 @@ def main():
                       "sequence length N (log scale)", "median time, ms (log scale)", "ms", series_t,
                       check=args.check):
             plots.append((f"time_d{d}.svg", f"time vs N, d={d}"))
+        for prec in LOWP:  # the tensor-core stages beside PyTorch in the same precision
+            series_p = []
+            for name, sprec, label, colour, dash, _ in SERIES:
+                if sprec != prec and (name, sprec) != ("05_flash2", "fp32"):
+                    continue
+                pts = [(n, fnum(idx[(name, sprec, d, n)]["median_ms"]), True) for n in seqs
+                       if (name, sprec, d, n) in idx and fnum(idx[(name, sprec, d, n)]["median_ms"])]
+                if pts:
+                    series_p.append((label, colour, "" if sprec == prec else "2,3", pts))
+            if any(lbl.startswith("06") for lbl, *_ in series_p) and line_chart(
+                    os.path.join(folder, f"time_d{d}_{prec}.svg"),
+                    f"Forward time vs sequence length in {prec.upper()} ({shape})", where + "; stage 05 (FP32) for scale",
+                    "sequence length N (log scale)", "median time, ms (log scale)", "ms", series_p, check=args.check):
+                plots.append((f"time_d{d}_{prec}.svg", f"time vs N in {prec.upper()}, d={d}"))
         hline = (memory, f"device memory {gib(memory)}") if memory else None
         if line_chart(os.path.join(folder, f"memory_d{d}.svg"),
                       f"Device memory for one forward pass ({shape}, FP32)",
@@ -419,7 +450,8 @@ def main():
             f"Regenerate on your GPU: `{command}` (writes `benchmarks/results/<gpu>/`).",
             "",
             ("Times are wall-clock times of the CPU backend, " if cpu else
-             "Times are medians of repeats after warm-up (CUDA events), ") + "FP32 unless marked, TF32 off, "
+             "Times are medians of repeats after warm-up (CUDA events), ") + "FP32 unless marked (FP16 and BF16: "
+            "inputs and output in that type, accumulation in FP32), TF32 off, "
             f"B={bench[0]['batch']} H={bench[0]['heads']}, non-causal, inputs uniform in [-1, 1]; every run's "
             "output was compared with the float64 reference on a sample of rows. "
             "\"does not fit\": the N x N matrix exceeds device memory."]
@@ -451,7 +483,8 @@ def main():
             section += [f"At the seeds' shape (N={SEEDS_N}, d={SEEDS_D}); every other implementation and shape is "
                         "in RESULTS.md:", "", seeds_table(idx, plotted_only=True), ""]
             section += [f"- {h}" for h in headlines(idx)] + [""]
-        section += [f"![{alt}]({rel}/{p})" for p, alt in plots if not p.startswith("memory_d128")]
+        section += [f"![{alt}]({rel}/{p})" for p, alt in plots
+                    if not p.startswith("memory_d128") and not p.endswith(("_bf16.svg", "d128_fp16.svg"))]
         section += ["", f"Every shape, d = 128, the HBM table and PyTorch's declined combinations: "
                     f"[{rel}/RESULTS.md]({rel}/RESULTS.md).", "", END]
         text = open(args.readme).read()

@@ -53,7 +53,12 @@ using tc::pack2;
 
 constexpr int WARPS = Br / 16;       ///< one warp per 16 query rows (the mma's M)
 constexpr int THREADS = 32 * WARPS;  ///< threads per block
-static_assert(Bc % 16 == 0, "P·V consumes the K/V tile 16 keys (the mma's K) at a time");
+static_assert(Br % 16 == 0 && Bc % 16 == 0, "warps own 16 rows; P·V takes 16 keys (the mma's K) a step");
+#ifndef FA06_MIN_BLOCKS
+#define FA06_MIN_BLOCKS 4
+#endif
+/// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__).
+constexpr int MIN_BLOCKS = FA06_MIN_BLOCKS;
 
 /// Shared-memory row stride (elements) of the Q, K and V tiles for head dimension D.
 /// The 8 extra elements (16 bytes) shift each row by 4 banks, so the 8 row addresses of
@@ -90,7 +95,7 @@ __device__ float quad_sum(float x) {
 /// One block per (Q tile, batch·head), flattened into blockIdx.x: K/V tiles inner.
 /// T is __half or __nv_bfloat16.
 template <typename T, int D>
-__global__ void __launch_bounds__(THREADS) tensor_core_kernel(const T* Q, const T* K, const T* V, T* O, float* lse,
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) tensor_core_kernel(const T* Q, const T* K, const T* V, T* O, float* lse,
                                                               int64_t seq_q, int64_t seq_kv, float scale_log2,
                                                               bool causal) {
   constexpr int S = stride<D>();
@@ -150,15 +155,19 @@ __global__ void __launch_bounds__(THREADS) tensor_core_kernel(const T* Q, const 
     }
 
     // Scale into base-2 units, mask, and update the running max; P = 2^(S − m_new) in
-    // place. Element e of fragment n sits at row g + 8·(e/2), column 8n + 2t + e%2.
+    // place. Element e of fragment n sits at row g + 8·(e/2), column 8n + 2t + e%2 of the
+    // tile. Columns are compared relative to the tile (32-bit arithmetic): a key is
+    // visible if c < kv_valid and, with the causal mask, c <= the row's last visible column.
     float alpha[2];
     for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
       const int64_t row = i0 + 16 * warp + g + 8 * h;
+      // Below 0 when the whole tile lies above this row's diagonal (possible if Bc < Br).
+      const int last = causal ? static_cast<int>(row - j0 < Bc ? row - j0 : Bc) : Bc;
       float mx = -INFINITY;
       for (int n = 0; n < Bc / 8; ++n) {
         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          const int64_t col = j0 + 8 * n + 2 * t + e % 2;
-          s[n][e] = (col >= seq_kv || (causal && col > row)) ? -INFINITY : s[n][e] * scale_log2;
+          const int c = 8 * n + 2 * t + e % 2;
+          s[n][e] = (c >= kv_valid || c > last) ? -INFINITY : s[n][e] * scale_log2;
           mx = fmaxf(mx, s[n][e]);
         }
       }
