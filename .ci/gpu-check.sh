@@ -9,16 +9,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$log
 # The machine's own Catch2 and Boost if it has them, else Debian's packages carried in
 # .deps/ (catch2/usr unpacked; boost-debs/*.deb, unpacked here): with Boost the CPU
 # backend is built too, and the test that compares it with the GPU runs.
-prefix="$PWD/.deps/catch2/usr"
-if ls .deps/boost-debs/*.deb > /dev/null 2>&1; then
+configure() { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" > "$logs/configure.log" 2>&1; }
+configure || configure -DCMAKE_PREFIX_PATH="$PWD/.deps/catch2/usr" || { tail -30 "$logs/configure.log"; exit 1; }
+if grep -q "Boost.Context not found" "$logs/configure.log" && ls .deps/boost-debs/*.deb > /dev/null 2>&1; then
   mkdir -p /tmp/fa-boost
   for deb in .deps/boost-debs/*.deb; do dpkg -x "$deb" /tmp/fa-boost; done
-  prefix="$prefix;/tmp/fa-boost/usr"
+  rm -f "$build/CMakeCache.txt"  # forget the machine's Boost found without its context library
+  configure -DCMAKE_PREFIX_PATH="$PWD/.deps/catch2/usr;/tmp/fa-boost/usr" \
+    -DBoost_DIR="$(ls -d /tmp/fa-boost/usr/lib/*/cmake/Boost-*)" || { tail -30 "$logs/configure.log"; exit 1; }
 fi
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$logs/configure.log" 2>&1 &&
-  grep -q "Catch2 " "$logs/configure.log" && ! grep -q "Boost.Context not found" "$logs/configure.log" ||
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-    > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 grep -E "Catch2|CUDA|Boost" "$logs/configure.log"
 cmake --build "$build" > "$logs/build.log" 2>&1 || { grep -E "error" -A5 "$logs/build.log" | head -60; exit 1; }
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" > "$logs/ctest.log" 2>&1
