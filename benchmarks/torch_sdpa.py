@@ -15,6 +15,7 @@ the float64 reference on the rows fa_bench checks. FP32 runs with TF32 off, as f
 kernels and its cuBLAS baseline do.
 
   python3 benchmarks/torch_sdpa.py --lib build/lib/libfa_inputs.so --csv torch.csv
+  python3 benchmarks/torch_sdpa.py --lib ... --csv c.csv --precisions fp16,bf16 --causal
 
 Exit status: 0 done, 2 bad arguments, 77 PyTorch or a CUDA GPU is missing.
 """
