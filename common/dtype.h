@@ -54,13 +54,15 @@ inline bool parse_dtype(const std::string& name, DType* out) {
   return false;
 }
 
-/// \name Bit-level conversions (round to nearest, ties to even)
-///@{
+// ---- bit-level conversions (round to nearest, ties to even) ----
+
+/// The bits of a float.
 inline std::uint32_t float_bits(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, 4);
   return u;
 }
+/// The float with these bits.
 inline float bits_float(std::uint32_t u) {
   float x;
   std::memcpy(&x, &u, 4);
@@ -113,7 +115,6 @@ inline std::uint16_t float_to_bf16_bits(float x) {
 
 /// bf16 bits to fp32 (exact).
 inline float bf16_bits_to_float(std::uint16_t b) { return bits_float(static_cast<std::uint32_t>(b) << 16); }
-///@}
 
 /// `x` rounded to the nearest value of type `t` (fp32: unchanged).
 inline float round_to(DType t, float x) {

@@ -55,6 +55,7 @@ constexpr int WARPS = Br / 16;       ///< one warp per 16 query rows (the mma's 
 constexpr int THREADS = 32 * WARPS;  ///< threads per block
 static_assert(Br % 16 == 0 && Bc % 16 == 0, "warps own 16 rows; P·V takes 16 keys (the mma's K) a step");
 #ifndef FA06_MIN_BLOCKS
+/// MIN_BLOCKS, unless the build overrides it (-DFA06_MIN_BLOCKS=2).
 #define FA06_MIN_BLOCKS 4
 #endif
 /// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__).

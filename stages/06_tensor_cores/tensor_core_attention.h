@@ -21,9 +21,11 @@ StageDemo describe();
 // Tile sizes. The -D overrides exist for benchmarks/tune_stage06.sh, which builds and
 // times variants side by side; the defaults are what that measured best.
 #ifndef FA06_BR
+/// Br, unless the build overrides it (-DFA06_BR=128).
 #define FA06_BR 64
 #endif
 #ifndef FA06_BC
+/// Bc, unless the build overrides it (-DFA06_BC=32).
 #define FA06_BC 64
 #endif
 constexpr int Br = FA06_BR;  ///< query rows per tile: one warp per 16 rows (the mma's M)
