@@ -368,6 +368,19 @@ int run(int argc, const char* const* argv) {
             << " shapes"
             << (o.profile ? ", profile mode (one untimed pass each)" : "") << "\n";
 
+  {  // A sweep that may take long says so first (the repeat count adapts, so this is a bound).
+    double flop = 0;
+    for (const AttentionProblem& p : shapes) flop += p.flops() * static_cast<double>(runs.size());
+    const double rate = fa::conservative_flops_per_second(ctx.device);
+    const double bound_s = flop * static_cast<double>(1 + o.warmup + o.repeats) / rate;
+    if (bound_s > 60.0) {
+      std::cout << "estimate: up to " << fa::format_duration(bound_s) << " at a conservative "
+                << (rate >= 1e12 ? num(rate / 1e12, "%.2g") + " TFLOP/s" : num(rate / 1e6, "%.2g") + " MFLOP/s")
+                << " for this device (repeats adapt to each point's time, so "
+                << "usually far less); fewer --seq values, --dim values or --stages make it shorter\n";
+    }
+  }
+
   std::vector<Row> rows;
   bool all_passed = true;
   const auto emit = [&](Row r) {  // progress line, CSV line (flushed: a cut-off run keeps its rows)

@@ -197,6 +197,7 @@ void add_demo_options(ArgParser& p, DemoOptions& o) {
   p.add_switch("json", &o.json, "print the report as one JSON object");
   p.add_switch("brief", &o.brief, "print only the one-line summary");
   p.add_switch("compare", &o.compare, "also run earlier stages on the same inputs, side by side");
+  p.add_switch("dry-run", &o.dry_run, "check the shape, say what it needs and how long it may take, run nothing");
   p.add_string("load", &o.load_dir, "read q.npy, k.npy, v.npy from DIR (sets the shape)", "DIR");
   p.add_string("save", &o.save_dir, "write q.npy, k.npy, v.npy, o.npy to DIR", "DIR");
 }

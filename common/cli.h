@@ -74,6 +74,7 @@ struct DemoOptions {
   bool json = false;       ///< --json
   bool brief = false;      ///< --brief
   bool compare = false;    ///< --compare: also run the earlier stages on the same inputs
+  bool dry_run = false;    ///< --dry-run: check and size the run, estimate its time, run nothing
   std::string load_dir;    ///< --load
   std::string save_dir;    ///< --save
 };

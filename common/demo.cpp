@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -20,6 +21,9 @@
 namespace fa {
 
 namespace {
+
+// A run whose conservative estimate exceeds this many seconds says so before it starts.
+constexpr double kLongRunSeconds = 30.0;
 
 // Q, K, V from DIR/q.npy, k.npy, v.npy; the shape comes from the files.
 AttentionInputs load_inputs(const std::string& dir, const DemoOptions& o, AttentionProblem* p) {
@@ -89,6 +93,29 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
   require_fits(device, p.qkvo_bytes() + extra,
                "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
                    format_bytes(static_cast<double>(extra)));
+
+  // A run that may take long says so before it starts, and how to make it shorter.
+  const double rate = conservative_flops_per_second(device);
+  const int64_t passes = (1 + opt.warmup + opt.repeats) *
+                         (1 + (opt.compare ? static_cast<int64_t>(stage.compare_with.size()) : 0));
+  const double estimate_s = static_cast<double>(passes) * p.flops() / rate;
+  if (opt.dry_run || estimate_s > kLongRunSeconds) {
+    std::cerr << (opt.dry_run ? "estimate: " : "note: ") << p.flops() << " FLOP per pass, " << passes
+              << " passes (1 checked, " << opt.warmup << " warm-up, " << opt.repeats << " timed"
+              << (opt.compare ? ", each also for the --compare stages" : "") << "): at a conservative "
+              << (rate >= 1e12 ? std::to_string(rate / 1e12).substr(0, 4) + " TFLOP/s"
+                               : std::to_string(rate / 1e6).substr(0, 4) + " MFLOP/s")
+              << " for this device this run could take up to " << format_duration(estimate_s) << ".\n";
+    if (estimate_s > kLongRunSeconds) {
+      std::cerr << "      Shorter: --repeats 1 --warmup 0, or a smaller --seq-q, --seq-kv, --batch or --heads. "
+                   "The check stays at --check-rows rows whatever the size.\n";
+    }
+  }
+  if (opt.dry_run) {
+    std::cout << "dry run: " << describe(p) << " fits (" << format_bytes(static_cast<double>(p.qkvo_bytes() + extra))
+              << " on the device); up to " << format_duration(estimate_s) << " at a conservative rate; nothing was run\n";
+    return kExitPassed;
+  }
 
   if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
   DeviceInputs inputs = upload_inputs(in.q, in.k, in.v, p.dtype);
@@ -223,8 +250,10 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   // One checked run on a poisoned output: an element never written stays NaN and fails.
   o.fill_bytes(kPoisonByte);
   lse.fill_bytes(kPoisonByte);
+  const auto t0 = std::chrono::steady_clock::now();
   forward();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
+  const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<float> out = download_as_float(o.data(), static_cast<std::size_t>(p.q_elems()), p.dtype);
   if (opt.check) {
     report.checked = true;
@@ -234,7 +263,18 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   }
   if (out_host) *out_host = std::move(out);
 
-  const Timing timing = time_device(forward, static_cast<int>(opt.warmup), static_cast<int>(opt.repeats));
+  // Runs that take more than a few seconds in all show their progress on stderr.
+  Progress progress;
+  if (first_s * static_cast<double>(opt.warmup + opt.repeats) > 5.0) {
+    std::cerr << "timing " << stage.id << ": one pass took " << format_duration(first_s) << "; "
+              << opt.warmup + opt.repeats << " more to go\n";
+    progress = [&](int done, int total) {
+      std::cerr << "  " << stage.id << ": run " << done << "/" << total << (done <= opt.warmup ? " (warm-up)" : "")
+                << "\n";
+    };
+  }
+  const Timing timing =
+      time_device(forward, static_cast<int>(opt.warmup), static_cast<int>(opt.repeats), progress);
   report.median_ms = timing.median_ms();
   report.warmup = opt.warmup;
   report.repeats = opt.repeats;

@@ -2,6 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "common/cuda_check.h"
 #include "common/errors.h"
 #include "common/problem.h"
@@ -13,6 +16,25 @@
 namespace fa {
 
 bool is_cpu_backend() { return FA_CPU_BACKEND != 0; }
+
+double conservative_flops_per_second(const DeviceInfo& device) {
+  if (device.backend == "cpu") return 1e7;
+  return 1e12 * std::max(device.sm_count, 8) / 132.0;
+}
+
+std::string format_duration(double seconds) {
+  char buf[32];
+  if (seconds < 90) {
+    std::snprintf(buf, sizeof buf, "%.0f s", seconds);
+  } else if (seconds < 5400) {
+    std::snprintf(buf, sizeof buf, "%.1f min", seconds / 60);
+  } else if (seconds < 172800) {
+    std::snprintf(buf, sizeof buf, "%.1f h", seconds / 3600);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f days", seconds / 86400);
+  }
+  return buf;
+}
 
 DeviceInfo require_device() {
   int count = 0;

@@ -20,6 +20,18 @@ struct DeviceInfo {
   std::size_t total_bytes = 0;  ///< total device memory
 };
 
+/**
+ * A deliberately low forward-pass rate (FLOP/s, counted as 4·B·H·Nq·Nkv·d) for `device`,
+ * to warn before a run that would take long: 1 TFLOP/s per 132 multiprocessors on a GPU
+ * (the slowest stage measured 5 TFLOP/s on an H100), 10 MFLOP/s on the CPU backend (its
+ * slowest stage measured about 12 MFLOP/s). A run is unlikely to take longer than the
+ * estimate made from it.
+ */
+double conservative_flops_per_second(const DeviceInfo& device);
+
+/// A duration for people: "42 s", "3.5 min", "2.1 h", "4.0 days".
+std::string format_duration(double seconds);
+
 /// True when this program was built for the CPU backend.
 bool is_cpu_backend();
 

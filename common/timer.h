@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -26,13 +27,23 @@ struct Timing {
   }
 };
 
+/// Called after each run with (runs done, runs in all), warm-up included.
+using Progress = std::function<void(int, int)>;
+
 /**
  * Runs `work` `warmup` times untimed, then `repeats` times, each between two events.
- * `work` must only enqueue device work on the default stream.
+ * `work` must only enqueue device work on the default stream. `progress`, if given, is
+ * called after every run (outside the timed regions).
  */
 template <typename Work>
-Timing time_device(Work&& work, int warmup, int repeats) {
-  for (int i = 0; i < warmup; ++i) work();
+Timing time_device(Work&& work, int warmup, int repeats, const Progress& progress = nullptr) {
+  for (int i = 0; i < warmup; ++i) {
+    work();
+    if (progress) {
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      progress(i + 1, warmup + repeats);
+    }
+  }
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   cudaEvent_t start, stop;
   FA_CUDA_CHECK(cudaEventCreate(&start));
@@ -46,6 +57,7 @@ Timing time_device(Work&& work, int warmup, int repeats) {
     float ms = 0;
     FA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     t.ms.push_back(ms);
+    if (progress) progress(warmup + i + 1, warmup + repeats);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
