@@ -10,8 +10,10 @@ foreach(_id IN LISTS _stages)
     list(APPEND _demos stage${_id}_cpu)
   endif()
 endforeach()
+list(GET _demos 0 _first_demo)
+# The demos' folder as the build lays it out (bin/, or bin/<config>/ with a multi-config generator).
 add_custom_target(tour
-  COMMAND ${CMAKE_COMMAND} -DBIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY} -DSTAGES=${_stage_list}
+  COMMAND ${CMAKE_COMMAND} -DBIN_DIR=$<TARGET_FILE_DIR:${_first_demo}> -DSTAGES=${_stage_list}
           -P ${PROJECT_SOURCE_DIR}/cmake/tour.cmake
   DEPENDS ${_demos}
   USES_TERMINAL
