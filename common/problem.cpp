@@ -60,6 +60,15 @@ AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64
   return p;
 }
 
+double q_outer_hbm_bytes(const AttentionProblem& p, int64_t br) {
+  const double elem = static_cast<double>(dtype_bytes(p.dtype));
+  const double q_tiles = static_cast<double>((p.seq_q + br - 1) / br);
+  const double bh = static_cast<double>(p.batch_heads());
+  const double q = static_cast<double>(p.seq_q) * static_cast<double>(p.dim) * elem;
+  const double kv = 2.0 * static_cast<double>(p.seq_kv) * static_cast<double>(p.dim) * elem;
+  return bh * (2.0 * q + q_tiles * kv + static_cast<double>(p.seq_q) * 4.0);
+}
+
 std::string describe(const AttentionProblem& p) {
   std::ostringstream s;
   s << "B=" << p.batch << " H=" << p.heads << " Nq=" << p.seq_q << " Nkv=" << p.seq_kv

@@ -64,6 +64,13 @@ AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64
                               int64_t dim, double scale = 0.0, bool causal = false,
                               DType dtype = DType::F32);
 
+/**
+ * HBM bytes of FlashAttention-2's loop order by the IO model: Q read and O written once,
+ * K and V read once per Q tile of `br` rows, one fp32 log-sum-exp per row; elements of
+ * p.dtype. Stages 05 and 06 share it (at 4 and 2 bytes an element).
+ */
+double q_outer_hbm_bytes(const AttentionProblem& p, int64_t br);
+
 /// One line such as "B=4 H=32 Nq=4096 Nkv=4096 d=64 scale=0.125 causal=no dtype=fp32".
 std::string describe(const AttentionProblem& p);
 

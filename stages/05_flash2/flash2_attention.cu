@@ -211,12 +211,7 @@ std::size_t shared_bytes(int64_t d) {
 }
 
 double hbm_bytes_model(const AttentionProblem& p) {
-  // Q and O once; K and V once per Q tile (the lse is one float per row).
-  const double q_tiles = static_cast<double>((p.seq_q + Br - 1) / Br);
-  const double bh = static_cast<double>(p.batch_heads());
-  const double q = static_cast<double>(p.seq_q) * static_cast<double>(p.dim) * 4.0;
-  const double kv = 2.0 * static_cast<double>(p.seq_kv) * static_cast<double>(p.dim) * 4.0;
-  return bh * (2.0 * q + q_tiles * kv + static_cast<double>(p.seq_q) * 4.0);
+  return q_outer_hbm_bytes(p, Br);  // Q and O once; K and V once per Q tile; the lse
 }
 
 void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse) {

@@ -247,12 +247,7 @@ std::size_t shared_bytes(int64_t d) {
 }
 
 double hbm_bytes_model(const AttentionProblem& p) {
-  // Q and O once; K and V once per Q tile, 2 bytes an element (the lse is 4 bytes a row).
-  const double q_tiles = static_cast<double>((p.seq_q + Br - 1) / Br);
-  const double bh = static_cast<double>(p.batch_heads());
-  const double q = static_cast<double>(p.seq_q) * static_cast<double>(p.dim) * 2.0;
-  const double kv = 2.0 * static_cast<double>(p.seq_kv) * static_cast<double>(p.dim) * 2.0;
-  return bh * (2.0 * q + q_tiles * kv + static_cast<double>(p.seq_q) * 4.0);
+  return q_outer_hbm_bytes(p, Br);  // stage 05's model; p.dtype makes the elements 2 bytes
 }
 
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
