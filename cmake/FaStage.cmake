@@ -26,8 +26,15 @@ function(fa_cpu_kernel_library target)
   add_library(${target} STATIC ${generated})
   target_link_libraries(${target} PUBLIC fa_runtime_cpu)
   target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-  # Only the rewritten kernel files see the CUDA keywords of kernel.h.
-  set_source_files_properties(${generated} PROPERTIES COMPILE_OPTIONS "-include;fa_cpu/kernel.h")
+  # Only the rewritten kernel files see the CUDA keywords of kernel.h. With the race
+  # detector, the compiler reports their loads and stores to it (-fsanitize=thread at
+  # compile time only: the backend answers the calls, ThreadSanitizer is not linked), and
+  # a line table (-g1) lets its reports name source lines.
+  set(options "-include;fa_cpu/kernel.h")
+  if(FA_CPU_RACECHECK)
+    list(APPEND options "-fsanitize=thread;-g1;-gdwarf-4")
+  endif()
+  set_source_files_properties(${generated} PROPERTIES COMPILE_OPTIONS "${options}")
   target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wno-unused-function>)
 endfunction()
 

@@ -115,6 +115,74 @@ std::vector<float> missing_barrier(int threads) {
   return out.download();
 }
 
+// Thread 0 writes s[0] and another thread reads it, with one of CUDA's ordering rules
+// (or none) between them; see ordering_rule() in the header.
+__global__ void ordering_kernel(float* out, int rule) {
+  __shared__ float s[1];
+  const int t = threadIdx.x;
+  float seen = 0.0f;
+  switch (rule) {
+    case 0:  // __syncwarp() orders the lanes of a warp
+      if (t == 0) s[0] = 1.0f;
+      __syncwarp();
+      if (t == 1) seen = s[0];
+      break;
+    case 1:  // so does a partial mask naming both lanes
+      if (t == 0) s[0] = 1.0f;
+      if (t < 2) __syncwarp(0x3u);
+      if (t == 1) seen = s[0];
+      break;
+    case 2:  // and a chain: lane 0 meets lane 2, then lane 2 meets lane 1
+      if (t == 0) s[0] = 1.0f;
+      if (t == 0 || t == 2) __syncwarp(0x5u);
+      if (t == 1 || t == 2) __syncwarp(0x6u);
+      if (t == 1) seen = s[0];
+      break;
+    case 3:  // __syncwarp() does not order two warps
+      if (t == 0) s[0] = 1.0f;
+      __syncwarp();
+      if (t == 32) seen = s[0];
+      break;
+    case 4:  // __syncthreads() does
+      if (t == 0) s[0] = 1.0f;
+      __syncthreads();
+      if (t == 32) seen = s[0];
+      break;
+    case 5:  // a vote makes lanes wait for each other, but orders no memory
+      if (t == 0) s[0] = 1.0f;
+      (void)__ballot_sync(0xffffffffu, t == 0);
+      if (t == 1) seen = s[0];
+      break;
+    case 6:  // a fence makes the writer's earlier writes visible to the block
+      if (t == 0) {
+        s[0] = 1.0f;
+        __threadfence_block();
+      }
+      (void)__ballot_sync(0xffffffffu, t == 0);
+      if (t == 1) seen = s[0];
+      break;
+    case 7:  // write after read: lane 1 reads, a shuffle, then lane 0 overwrites
+      if (t == 0) s[0] = 1.0f;
+      __syncwarp();
+      if (t == 1) seen = s[0];
+      (void)__shfl_sync(0xffffffffu, seen, 0);
+      if (t == 0) s[0] = 2.0f;
+      break;
+    case 8:  // a __syncwarp() with lane 1 outside its mask orders nothing for lane 1
+      if (t == 0) s[0] = 1.0f;
+      if (t == 0 || t == 2) __syncwarp(0x5u);
+      if (t == 1) seen = s[0];
+      break;
+  }
+  out[t] = seen;
+}
+
+void ordering_rule(int rule) {
+  DeviceBuffer<float> out(64);
+  ordering_kernel<<<1, 64>>>(out.data(), rule);
+  FA_CHECK_LAUNCH("ordering_kernel");
+}
+
 __global__ void empty_kernel(float* out) {
   extern __shared__ float buf[];
   if (threadIdx.x == 0) out[0] = buf[0] * 0.0f;

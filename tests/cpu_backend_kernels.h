@@ -18,6 +18,13 @@ std::vector<float> reverse_in_dynamic_shared(const std::vector<float>& in);
 std::vector<int> indices_3d();
 /// A block-wide sum with no barrier between the writes and the reads.
 std::vector<float> missing_barrier(int threads);
+/// Thread 0 writes a shared value that another thread then reads (64 threads), with an
+/// ordering rule between them: 0 __syncwarp(), 1 __syncwarp(mask of both lanes), 2 a
+/// chain of two partial __syncwarps, 3 __syncwarp() but the reader is in the other warp,
+/// 4 __syncthreads(), 5 only a vote, 6 a fence by the writer then a vote, 7 lane 1 reads
+/// and lane 0 overwrites after a shuffle (write after read), 8 a __syncwarp() that
+/// leaves the reader out. Rules 0, 1, 2, 4 and 6 order the accesses; the others race.
+void ordering_rule(int rule);
 /// Launches with a bad configuration and returns cudaGetLastError() as an int.
 int bad_configuration(int threads, int smem_bytes, bool opt_in);
 

@@ -2,6 +2,7 @@
 // memory, launch checks, and the failures it must report instead of hanging.
 #include <cmath>
 #include <numeric>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "fa_cpu/scheduler.h"
 #include "tests/catch.h"
 #include "tests/cpu_backend_kernels.h"
+#include "tests/race_probe.h"
 
 using fa::test::HasSubstring;
 namespace k = fa::cpu_test;
@@ -98,9 +100,10 @@ TEST_CASE("a bad launch configuration sets the error, as in CUDA", "[cpu_backend
   REQUIRE(std::string(cudaGetErrorString(cudaErrorInvalidConfiguration)) == "invalid configuration argument");
 }
 
-TEST_CASE("a missing barrier shows up, and shake mode turns it into NaN", "[cpu_backend]") {
+TEST_CASE("a missing barrier shows up: as a race, as wrong values, as NaN in shake mode", "[cpu_backend]") {
   ShakeGuard guard;
   fa_cpu::options() = fa_cpu::Options{};
+  fa_cpu::options().racecheck = false;
   std::vector<float> out = k::missing_barrier(256);
   bool wrong = false;
   for (int t = 0; t < 256; ++t) wrong |= out[t] != static_cast<float>((t + 1) % 256);
@@ -109,6 +112,14 @@ TEST_CASE("a missing barrier shows up, and shake mode turns it into NaN", "[cpu_
   fa_cpu::options().poison_shared = true;
   out = k::missing_barrier(256);
   REQUIRE(std::isnan(out[0]));  // read before written: the poison shows through
+
+  if (fa_cpu::racecheck_built()) {
+    // The race detector names it, whatever values shared memory happens to hold.
+    fa_cpu::options() = fa_cpu::Options{};
+    REQUIRE_THROWS_WITH(k::missing_barrier(256),
+                        HasSubstring("missing_barrier_kernel") && HasSubstring("shared-memory race") &&
+                            HasSubstring("of __shared__ s") && HasSubstring("cpu_backend_kernels.cu:"));
+  }
 }
 
 TEST_CASE("a barrier in divergent code is reported, not hung on", "[cpu_backend]") {
@@ -134,6 +145,80 @@ TEST_CASE("an exception thrown in a kernel thread reaches the host", "[cpu_backe
   // The backend is usable again afterwards.
   REQUIRE(k::barrier_with_early_exit(64, 64)[0] == 1);
 }
+
+// The race detector: CUDA's ordering rules, not the fiber schedule's. (Absent from the
+// AddressSanitizer build, whose kernels cannot carry both instrumentations.)
+#ifdef FA_TEST_RACECHECK
+TEST_CASE("the race detector follows CUDA's ordering rules", "[cpu_backend][racecheck]") {
+  ShakeGuard guard;
+  fa_cpu::options() = fa_cpu::Options{};  // thread order, so each case's schedule is known
+  REQUIRE(fa_cpu::racecheck_built());
+  for (int rule : {0, 1, 2, 4, 6}) {
+    INFO("rule " << rule << " orders the write before the read");
+    REQUIRE_NOTHROW(k::ordering_rule(rule));
+  }
+  for (int rule : {3, 5, 8}) {
+    INFO("rule " << rule << " leaves the read unordered");
+    REQUIRE_THROWS_WITH(k::ordering_rule(rule), HasSubstring("shared-memory race (read after write)") &&
+                                                    HasSubstring("at byte 0 of __shared__ s") &&
+                                                    HasSubstring("thread (0,0,0) (warp 0, lane 0) wrote at"));
+  }
+  REQUIRE_THROWS_WITH(k::ordering_rule(7), HasSubstring("shared-memory race (write after read)") &&
+                                               HasSubstring("thread (1,0,0) (warp 0, lane 1) read at"));
+  // Off, the same kernel runs without a report.
+  fa_cpu::options().racecheck = false;
+  REQUIRE_NOTHROW(k::ordering_rule(5));
+}
+
+namespace {
+// Whether `text` says "<verb> at .../race_probe.cu:<line>" with some line number.
+bool names_line(const std::string& text, const std::string& verb) {
+  return std::regex_search(text, std::regex(verb + " at [^\\n]*race_probe\\.cu:[0-9]+"));
+}
+}  // namespace
+
+TEST_CASE("a missing __syncwarp behind a shuffle is a race, though the results are right", "[cpu_backend][racecheck]") {
+  ShakeGuard guard;
+  for (bool reverse : {false, true}) {
+    fa_cpu::options() = fa_cpu::Options{};
+    fa_cpu::options().reverse_threads = reverse;
+    INFO((reverse ? "threads in reverse order" : "threads in order"));
+    // Correct kernel: clean, and right.
+    const std::vector<float> out = fa::race_probe::shuffle_then_read(false);
+    for (int lane = 0; lane < 32; ++lane) REQUIRE(out[lane] == static_cast<float>(2 * (31 - lane) + (lane ^ 16)));
+    // Planted: the detector names both accesses, with their source lines.
+    std::string report;
+    try {
+      fa::race_probe::shuffle_then_read(true);
+    } catch (const fa_cpu::KernelFault& e) {
+      report = e.what();
+    }
+    INFO(report);
+    REQUIRE_THAT(report, HasSubstring("shuffle_then_read_kernel") && HasSubstring("of __shared__ s") &&
+                             HasSubstring("shared-memory race (read after write)"));
+    REQUIRE(names_line(report, "reads"));
+    REQUIRE(names_line(report, "wrote"));
+    // With the detector off, the planted kernel's results come out right: only the
+    // detector can tell.
+    fa_cpu::options().racecheck = false;
+    const std::vector<float> unchecked = fa::race_probe::shuffle_then_read(true);
+    REQUIRE(unchecked == out);
+  }
+}
+
+TEST_CASE("ldmatrix's reads of shared memory are checked too", "[cpu_backend][racecheck]") {
+  ShakeGuard guard;
+  fa_cpu::options() = fa_cpu::Options{};
+  const std::vector<std::uint32_t> out = fa::race_probe::store_then_ldmatrix(false);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const unsigned lo = 8u * (lane / 4) + 2u * (lane % 4);
+    REQUIRE(out[lane] == (lo | (lo + 1) << 16));
+  }
+  REQUIRE_THROWS_WITH(fa::race_probe::store_then_ldmatrix(true),
+                      HasSubstring("store_then_ldmatrix_kernel") && HasSubstring("shared-memory race") &&
+                          HasSubstring("mma.cuh:") && HasSubstring("race_probe.cu:"));
+}
+#endif
 
 // Hidden (run only by the AddressSanitizer build's CTest entry): the write one past a
 // __shared__ array must be reported by ASan at the kernel's line.

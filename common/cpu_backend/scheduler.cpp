@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "racecheck.h"
 #include "runtime_state.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -44,6 +45,8 @@ Options& options() {
     Options o;
     const char* shake = std::getenv("FA_CPU_SHAKE");
     if (shake && std::strcmp(shake, "0") != 0 && *shake) o.reverse_threads = o.poison_shared = true;
+    const char* race = std::getenv("FA_CPU_RACECHECK");
+    if (race && std::strcmp(race, "0") == 0) o.racecheck = false;
     return o;
   }();
   return opts;
@@ -264,9 +267,11 @@ Block& running_block(const char* what) {
 void switch_to(Block& b, Thread& t) {
   b.current = &t;
   fa_cpu_threadIdx = t.idx;
+  race::set_current(t.linear);
   asan_enter_fiber(b, t);
   t.fiber = std::move(t.fiber).resume();
   asan_back_in_scheduler(b);
+  race::set_current(-1);
   b.current = nullptr;
 }
 
@@ -290,6 +295,7 @@ bool try_release_barrier(Block& b) {
     if (t.state == State::Barrier) t.state = State::Ready;
   }
   b.at_barrier = 0;
+  race::barrier();
   return true;
 }
 
@@ -380,6 +386,7 @@ bool try_complete_warp(Block& b, Thread& t) {
     }
     return true;
   }
+  if (t.op == WarpOp::Sync) race::warp_sync(t.linear / 32, t.mask);  // shuffles and votes order no memory
   std::uint64_t ballot = 0;
   for (int lane = 0; lane < 32; ++lane) {
     if (lanes[lane] && lanes[lane]->value) ballot |= 1ull << lane;
@@ -417,6 +424,7 @@ bool try_complete_warp(Block& b, Thread& t) {
 }
 
 void run_block(Block& b, const std::vector<int>& order) {
+  race::block_begins();
   b.live = static_cast<int>(b.threads.size());
   b.at_barrier = 0;
   b.aborting = false;
@@ -474,6 +482,7 @@ void run_block(Block& b, const std::vector<int>& order) {
     }
     if (!progressed && !try_release_barrier(b)) report_deadlock(b);
   }
+  if (race::pending()) fault(b, race::take_report());
 }
 
 }  // namespace
@@ -553,8 +562,13 @@ void* dynamic_shared_memory(std::size_t alignment) {
   return g_dynamic_smem;
 }
 
-SharedRegion::SharedRegion(void* address, std::size_t bytes) {
+void fence() { race::fence(); }
+
+bool racecheck_built() { return race::built(); }
+
+SharedRegion::SharedRegion(void* address, std::size_t bytes, const char* name) {
   shared_regions().push_back({address, bytes});
+  race::add_region(address, bytes, name);
   if (options().poison_shared) std::memset(address, 0xFF, bytes);
 }
 
@@ -604,8 +618,10 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
     ~Reset() {
       g_block = nullptr;
       g_dynamic_smem = nullptr;
+      race::launch_ends();
     }
   } reset;
+  race::launch_begins(options().racecheck, static_cast<int>(threads), g_dynamic_smem, c.smem);
   g_block = &b;
   for (unsigned z = 0; z < c.grid.z; ++z) {
     for (unsigned y = 0; y < c.grid.y; ++y) {

@@ -135,8 +135,8 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
 template <typename T> inline T __ldg(const T* p) { return *p; }
-inline void __threadfence() {}
-inline void __threadfence_block() {}
+inline void __threadfence() { ::fa_cpu::fence(); }
+inline void __threadfence_block() { ::fa_cpu::fence(); }
 
 // CUDA's min and max accept mixed integer types and floats in device code.
 template <typename A, typename B>

@@ -34,9 +34,21 @@ class KernelFault : public std::runtime_error {
 struct Options {
   bool reverse_threads = false;  ///< run a block's threads in reverse order
   bool poison_shared = false;    ///< fill shared memory with NaN (0xFF bytes) before each block
+  /// Check shared-memory accesses for races by CUDA's ordering rules (where the kernels
+  /// were built with the race detector; see racecheck_built()). A race fails the launch.
+  bool racecheck = true;
 };
-/// The current options. Both start on when the environment has FA_CPU_SHAKE=1.
+/// The current options. The first two start on when the environment has FA_CPU_SHAKE=1;
+/// racecheck starts off when it has FA_CPU_RACECHECK=0.
 Options& options();
+
+/// Whether this build's kernel files report their shared-memory accesses to the race
+/// detector (CMake option FA_CPU_RACECHECK; off under AddressSanitizer).
+bool racecheck_built();
+
+/// __threadfence_block() and __threadfence(): the running thread's earlier writes are
+/// visible to the rest of the block from now on (for the race detector).
+void fence();
 
 /// One <<<grid, block, smem, stream>>> launch.
 struct LaunchConfig {
@@ -89,10 +101,10 @@ unsigned active_mask();
 /// The current launch's dynamic shared memory (extern __shared__).
 void* dynamic_shared_memory(std::size_t alignment);
 
-/// Registers a static __shared__ variable so that poison_shared can fill it.
+/// Registers a static __shared__ variable for poison_shared and the race detector.
 struct SharedRegion {
-  /// Registers `bytes` at `address` (poisoned now if poison_shared is on).
-  SharedRegion(void* address, std::size_t bytes);
+  /// Registers `bytes` at `address`, the variable `name` (poisoned now if poison_shared is on).
+  SharedRegion(void* address, std::size_t bytes, const char* name);
 };
 
 }  // namespace fa_cpu

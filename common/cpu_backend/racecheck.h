@@ -1,0 +1,54 @@
+// CPU backend internals: the shared-memory race detector (racecheck.cpp), called by the
+// scheduler at the events that order memory between CUDA threads.
+//
+// The rule it checks is CUDA's, not the fiber schedule's: a thread's shared-memory
+// access is ordered before another thread's only by a barrier both take part in
+// (__syncthreads, or __syncwarp with both lanes in the mask), directly or through a
+// chain of such barriers, or, for a write, by a fence its writer executed since. Two
+// accesses to the same bytes by different threads, at least one a write, with no such
+// order between them, are a race. Shuffles, votes and matrix instructions synchronise
+// lanes but order no memory, so they do not count.
+//
+// The accesses come from the compiler: kernel files are built with GCC's or Clang's
+// ThreadSanitizer instrumentation (-fsanitize=thread at compile time only), which calls
+// __tsan_read4(addr) and friends before every load and store. ThreadSanitizer's own
+// runtime is not linked: racecheck.cpp defines those functions itself and looks only at
+// addresses inside the block's shared memory.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace fa_cpu::race {
+
+/// Whether the kernel files were built with the instrumentation (FA_CPU_RACECHECK).
+bool built();
+
+/// A launch starts: `threads` per block, the dynamic shared memory buffer. `enabled`
+/// turns checking on for this launch.
+void launch_begins(bool enabled, int threads, const void* dynamic_smem, std::size_t dynamic_bytes);
+/// The launch is over (normally or by a fault).
+void launch_ends();
+/// A new block starts: nothing it does is ordered with the previous block's accesses
+/// to the same shared memory, because that block has finished.
+void block_begins();
+/// `thread` (linear id) runs from now on; -1 while the scheduler runs.
+void set_current(int thread);
+/// A __syncthreads() released every thread of the block.
+void barrier();
+/// A __syncwarp(mask) released the lanes of `mask` in warp `warp`.
+void warp_sync(int warp, unsigned mask);
+/// The running thread executed __threadfence_block() or __threadfence().
+void fence();
+/// A static __shared__ variable (registered once, the first time its kernel runs).
+void add_region(const void* address, std::size_t bytes, const char* name);
+/// An access by the running thread that the compiler cannot see (ldmatrix's row reads,
+/// done by the backend): `pc` is the kernel code's address that issued it.
+void access(const void* address, std::size_t bytes, bool write, const void* pc);
+
+/// Whether the block that just ran had a race; if so, the report (both accesses with
+/// their source lines, the threads, the variable and offset).
+bool pending();
+std::string take_report();
+
+}  // namespace fa_cpu::race
