@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build, test and measure on a machine with a GPU, in one go (used with the lent H100).
 # Usage: bash .ci/gpu-check.sh [build-dir]   Logs go to $OUT (or ./gpu-logs) when set.
+# ctest runs everything, the compute-sanitizer entries (label sanitizer) included.
 set -uo pipefail
 build=${1:-/tmp/fa-build}
 logs=${OUT:-$PWD/gpu-logs}
