@@ -44,6 +44,7 @@
 #include "stages/04_flash1/flash1_attention.h"
 #include "stages/05_flash2/flash2_attention.h"
 #include "stages/06_tensor_cores/tensor_core_attention.h"
+#include "stages/07_memory_pipeline/pipelined_attention.h"
 #if !FA_CPU_BACKEND
 #include "benchmarks/cublas_baseline.h"
 #endif
@@ -90,7 +91,8 @@ struct Context {
 
 std::vector<StageDemo> all_stages() {
   std::vector<StageDemo> s = {fa::naive::describe(), fa::online::describe(), fa::streaming::describe(),
-                              fa::flash1::describe(), fa::flash2::describe(), fa::tensor_core::describe()};
+                              fa::flash1::describe(), fa::flash2::describe(), fa::tensor_core::describe(),
+                              fa::pipeline::describe()};
 #if !FA_CPU_BACKEND
   s.push_back(fa::bench::cublas_baseline());
 #endif

@@ -3,6 +3,8 @@
 // or its end, then hands control back here.
 #include "fa_cpu/scheduler.h"
 
+#include "fa_cpu/async_copy.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -425,6 +427,7 @@ bool try_complete_warp(Block& b, Thread& t) {
 
 void run_block(Block& b, const std::vector<int>& order) {
   race::block_begins();
+  async_copy_block_begins(static_cast<int>(b.threads.size()));
   b.live = static_cast<int>(b.threads.size());
   b.at_barrier = 0;
   b.aborting = false;
@@ -477,7 +480,14 @@ void run_block(Block& b, const std::vector<int>& order) {
         }
         fault(b, thread_name(b, t) + " threw: " + what);
       }
-      if (t.state == State::Done) --b.live;
+      if (t.state == State::Done) {
+        --b.live;
+        if (!b.aborting) {
+          race::set_current(t.linear);
+          async_copy_thread_exits(t.linear);  // copies it never waited for land now
+          race::set_current(-1);
+        }
+      }
       try_release_barrier(b);
     }
     if (!progressed && !try_release_barrier(b)) report_deadlock(b);

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "cuda_runtime.h"
+#include "fa_cpu/async_copy.h"
 #include "fa_cpu/scheduler.h"
 #include "fa_cpu/warp_matrix.h"
 

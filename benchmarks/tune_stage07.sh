@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Stage 07's optimisation log, measured: builds the stage's demo once per variant (each
+# step of the log switched off in turn, and the tile and launch-bound choices, set with -D
+# flags, see pipelined_attention.h) and times every variant, and stage 06, on the bar
+# shapes in one go on a GPU. Then Nsight Compute's shared-memory bank-conflict counters
+# for stage 06, stage 07 without the swizzle and stage 07, if ncu is installed.
+# Usage: bash benchmarks/tune_stage07.sh [out-dir]   (needs nvcc, CMake, Ninja, a GPU)
+set -uo pipefail
+out=${1:-/tmp/tune07}
+mkdir -p "$out"
+# name : compile flags
+variants=(
+  "final:"
+  "no_prefetch:-DFA07_PREFETCH=0"
+  "no_swizzle:-DFA07_SWIZZLE=0"
+  "q_in_smem:-DFA07_Q_IN_REGISTERS=0"
+  "mask_all:-DFA07_TWO_PHASE=0"
+  "first_first:-DFA07_HEAVY_FIRST=0"
+  "min3:-DFA07_MIN_BLOCKS=3"
+  "min2:-DFA07_MIN_BLOCKS=2"
+  "br128:-DFA07_BR=128 -DFA07_MIN_BLOCKS=1"
+  "bc32:-DFA07_BC=32"
+)
+for v in "${variants[@]}"; do
+  name=${v%%:*} flags=${v#*:}
+  targets=(--target stage07_memory_pipeline)
+  [ "$name" = final ] && targets+=(--target stage06_tensor_cores)
+  (cmake -S . -B "$out/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_TESTS=OFF -DFA_BUILD_DOCS=OFF \
+     -DCMAKE_CUDA_FLAGS="$flags -Xptxas -v" > "$out/$name.configure.log" 2>&1 &&
+   cmake --build "$out/$name" "${targets[@]}" -j 4 > "$out/$name.build.log" 2>&1 ||
+   echo "$name: build failed (see $out/$name.build.log)") &
+done
+wait
+shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"
+        "--batch 1 --heads 16 --seq-q 16384 --seq-kv 16384 --dim 128"
+        "--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64 --causal"
+        "--batch 1 --heads 16 --seq-q 16384 --seq-kv 16384 --dim 128 --causal")
+run() {  # name binary
+  for s in "${shapes[@]}"; do
+    # shellcheck disable=SC2086
+    r=$("$2" $s --brief --repeats 20 --warmup 3 --check-rows 256 | sed -E 's/ +\[B=.*//')
+    printf "%-12s %-72s %s\n" "$1" "$s" "$r"
+  done
+}
+printf "%-12s %-72s %s\n" variant shape "result (fp16, median of 20)"
+run stage06 "$out/final/bin/stage06_tensor_cores"
+for v in "${variants[@]}"; do
+  name=${v%%:*}
+  bin="$out/$name/bin/stage07_memory_pipeline"
+  [ -x "$bin" ] || continue
+  for d in 64 128; do
+    line=$(grep -A2 "pipelined_kernelI6__halfLi${d}E" "$out/$name.build.log" | tr '\n' ' ')
+    echo "$name: d=$d $(echo "$line" | grep -o 'Used [0-9]* registers') $(echo "$line" | grep -o '[0-9]* bytes spill stores')"
+  done
+  run "$name" "$bin"
+done
+if command -v ncu > /dev/null; then
+  metrics=l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed_op_ldsm.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+  shape="--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64 --repeats 1 --warmup 0 --no-check"
+  for pair in "stage06:$out/final/bin/stage06_tensor_cores" "no_swizzle:$out/no_swizzle/bin/stage07_memory_pipeline" \
+              "final:$out/final/bin/stage07_memory_pipeline"; do
+    echo "== ncu, $shape: ${pair%%:*}"
+    # shellcheck disable=SC2086
+    ncu --metrics "$metrics" --launch-count 1 -k regex:'tensor_core_kernel|pipelined_kernel' "${pair#*:}" $shape 2>&1 |
+      grep -E "bank_conflicts|ldsm|wavefronts|Duration" | sed 's/^ *//'
+  done
+fi

@@ -1,0 +1,32 @@
+// Stage 07 as the shared demo driver sees it.
+#include "common/demo.h"
+#include "stages/07_memory_pipeline/pipelined_attention.h"
+
+namespace fa::pipeline {
+
+StageDemo describe() {
+  StageDemo stage;
+  stage.id = "07_memory_pipeline";
+  stage.title = "tensor-core FlashAttention-2 with a memory pipeline: cp.async double buffering, swizzled tiles";
+  stage.dtypes = {DType::F16, DType::BF16};
+  stage.writes_lse = true;
+  stage.workspace_bytes = [](const AttentionProblem&) { return std::size_t{0}; };
+  stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void*) {
+    attention(p, t.q, t.k, t.v, t.o, t.lse);
+  };
+  stage.hbm_bytes = hbm_bytes_model;
+  stage.notes = [](const AttentionProblem& p) {
+    const int64_t q_tiles = (p.seq_q + Br - 1) / Br;
+    return std::vector<std::pair<std::string, std::string>>{
+        {"tiles", "Br = " + std::to_string(Br) + " query rows (16 per warp), Bc = " + std::to_string(Bc) +
+                      " key rows, K and V double-buffered; " +
+                      format_bytes(static_cast<double>(shared_bytes(p.dim))) + " of shared memory per block"},
+        {"grid", std::to_string(q_tiles * p.batch_heads()) + " blocks (" + std::to_string(q_tiles) +
+                     " Q tiles x " + std::to_string(p.batch_heads()) + " heads), " + std::to_string(Br * 2) +
+                     " threads each, last Q tile first"},
+        {"memory", "cp.async global -> shared, tile j+1 in flight while tile j is computed; XOR-swizzled tiles"}};
+  };
+  return stage;
+}
+
+}  // namespace fa::pipeline

@@ -1,0 +1,75 @@
+/**
+ * \file pipelined_attention.h
+ * \brief Stage 07's host interface: stage 06's tensor-core FlashAttention-2 with the
+ *        memory pipeline of production kernels (cp.async double buffering, swizzled tiles,
+ *        Q in registers, causal in two phases).
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/problem.h"
+
+namespace fa {
+struct StageDemo;
+}  // namespace fa
+
+namespace fa::pipeline {
+
+/// This stage as the shared demo driver sees it.
+StageDemo describe();
+
+// Tile sizes, and the switches that turn each step of the optimisation log off, for
+// benchmarks/tune_stage07.sh (which builds and times the variants side by side). The
+// defaults are the finished kernel.
+#ifndef FA07_BR
+/// Br, unless the build overrides it.
+#define FA07_BR 64
+#endif
+#ifndef FA07_BC
+/// Bc, unless the build overrides it.
+#define FA07_BC 64
+#endif
+constexpr int Br = FA07_BR;  ///< query rows per tile: one warp per 16 rows (the mma's M)
+constexpr int Bc = FA07_BC;  ///< key/value rows per tile
+
+/// \name The optimisation log's steps, each on (1) unless the build turns it off (0)
+///@{
+#ifndef FA07_PREFETCH
+#define FA07_PREFETCH 1  ///< copy K/V tile j+1 while tile j is computed (0: copy, wait, compute)
+#endif
+#ifndef FA07_SWIZZLE
+#define FA07_SWIZZLE 1  ///< XOR-swizzled tiles (0: plain unpadded rows, bank conflicts and all)
+#endif
+#ifndef FA07_Q_IN_REGISTERS
+#define FA07_Q_IN_REGISTERS 1  ///< Q's fragments loaded once (0: ldmatrix'd again for every tile)
+#endif
+#ifndef FA07_TWO_PHASE
+#define FA07_TWO_PHASE 1  ///< mask only the tiles that need it (0: mask arithmetic on every tile)
+#endif
+#ifndef FA07_HEAVY_FIRST
+#define FA07_HEAVY_FIRST 1  ///< each head's last Q tile first (0: first tile first)
+#endif
+#ifndef FA07_MIN_BLOCKS
+#define FA07_MIN_BLOCKS 0  ///< blocks per SM for __launch_bounds__ (0: 4 up to d = 64, 2 at d = 128)
+#endif
+///@}
+
+/// Shared memory one block uses for head dimension d: a Q tile and two K and V tiles.
+std::size_t shared_bytes(int64_t d);
+
+/**
+ * O = softmax(scale·Q·Kᵀ)·V in fp16 or bf16 (fp32 is refused), as stage 06 computes it,
+ * with K/V tile j+1 copied by cp.async while tile j is computed.
+ * \param p the problem; \param Q, K, V the inputs; \param O the output; \param lse if
+ * not null, receives each query row's log-sum-exp in fp32 (B·H·Nq floats).
+ * \throws InputError for fp32 or an unsupported head dimension.
+ */
+void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O,
+               float* lse = nullptr);
+
+/// HBM bytes this kernel moves according to the IO model: stage 06's.
+double hbm_bytes_model(const AttentionProblem& p);
+
+}  // namespace fa::pipeline
