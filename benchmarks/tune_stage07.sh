@@ -16,10 +16,11 @@ variants=(
   "q_in_smem:-DFA07_Q_IN_REGISTERS=0"
   "mask_all:-DFA07_TWO_PHASE=0"
   "first_first:-DFA07_HEAVY_FIRST=0"
-  "min3:-DFA07_MIN_BLOCKS=3"
-  "min2:-DFA07_MIN_BLOCKS=2"
-  "br128:-DFA07_BR=128 -DFA07_MIN_BLOCKS=1"
+  "one_mtile:-DFA07_M_TILES=1 -DFA07_BR=64"
+  "one_mtile_br128:-DFA07_M_TILES=1 -DFA07_BR=128"
   "bc32:-DFA07_BC=32"
+  "bc128:-DFA07_BC=128"
+  "min1:-DFA07_MIN_BLOCKS=1"
 )
 for v in "${variants[@]}"; do
   name=${v%%:*} flags=${v#*:}
@@ -39,10 +40,10 @@ run() {  # name binary
   for s in "${shapes[@]}"; do
     # shellcheck disable=SC2086
     r=$("$2" $s --brief --repeats 20 --warmup 3 --check-rows 256 | sed -E 's/ +\[B=.*//')
-    printf "%-12s %-72s %s\n" "$1" "$s" "$r"
+    printf "%-16s %-72s %s\n" "$1" "$s" "$r"
   done
 }
-printf "%-12s %-72s %s\n" variant shape "result (fp16, median of 20)"
+printf "%-16s %-72s %s\n" variant shape "result (fp16, median of 20)"
 run stage06 "$out/final/bin/stage06_tensor_cores"
 for v in "${variants[@]}"; do
   name=${v%%:*}

@@ -53,15 +53,25 @@ using tc::ldmatrix_x4_trans;
 using tc::mma_m16n8k16;
 using tc::pack2;
 
-constexpr int WARPS = Br / 16;       ///< one warp per 16 query rows (the mma's M)
-constexpr int THREADS = 32 * WARPS;  ///< threads per block
-static_assert(Br % 16 == 0 && Bc % 16 == 0, "warps own 16 rows; P·V takes 16 keys (the mma's K) a step");
+constexpr int M_TILES = FA07_M_TILES;     ///< 16-row m-tiles per warp: each K/V fragment feeds them all
+constexpr int WARPS = Br / (16 * M_TILES);  ///< warps per block
+constexpr int THREADS = 32 * WARPS;         ///< threads per block
+static_assert(Br % (16 * M_TILES) == 0 && Bc % 16 == 0, "warps own 16·M_TILES rows; P·V takes 16 keys a step");
 
-/// Blocks per multiprocessor the compiler must leave registers for: 4 up to d = 64; at
-/// d = 128 shared memory (80 KiB a block) allows 2 anyway, so registers may grow.
+/// Whether Q's fragments stay in registers for the whole loop: D/16 · M_TILES · 4
+/// registers, which fit beside O's accumulators up to d = 64 with two m-tiles.
+template <int D>
+constexpr bool q_in_registers() {
+  return FA07_Q_IN_REGISTERS && D * M_TILES <= 128;
+}
+
+/// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__):
+/// 2 with two m-tiles per warp, whose accumulators need up to 255 registers a thread; with
+/// one, 4 up to d = 64 and 2 at d = 128.
 template <int D>
 constexpr int min_blocks() {
-  return FA07_MIN_BLOCKS > 0 ? FA07_MIN_BLOCKS : (D <= 64 ? 4 : 2);
+  if (FA07_MIN_BLOCKS > 0) return FA07_MIN_BLOCKS;
+  return M_TILES > 1 || D > 64 ? 2 : 4;
 }
 
 /// Element offset of 16-byte chunk `chunk` of tile row `row`: swizzled (cp_async.cuh), or
@@ -136,21 +146,27 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
   cp_async_wait<FA07_PREFETCH>();  // Q_i has landed; K_0/V_0 may still be in flight
   __syncthreads();
 
-  // Q's A fragments for every k-step (16 columns of d), kept in registers for the loop.
-  // ldmatrix row addresses, lane by lane (lane 8·i + r gives row r of matrix i), as in stage 06.
-  const int a_row = 16 * warp + lane % 8 + 8 * (lane / 8 % 2), a_chunk = lane / 16;
-  uint32_t q_frag[D / 16][4];
-  if (FA07_Q_IN_REGISTERS) {
-    for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[kk], Qs + at<D>(a_row, 2 * kk + a_chunk));
+  // The warp's rows: M_TILES m-tiles of 16, m-tile mt starting at row 16·(M_TILES·warp + mt)
+  // of the Q tile. ldmatrix row addresses, lane by lane (lane 8·i + r gives row r of
+  // matrix i), as in stage 06: A from Q, B from K, B from V (transposed).
+  const auto a_row = [&](int mt) { return 16 * (M_TILES * warp + mt) + lane % 8 + 8 * (lane / 8 % 2); };
+  const int a_chunk = lane / 16;
+  const int k_row = lane % 8 + 8 * (lane / 16), k_chunk = lane / 8 % 2;
+  const int v_row = lane % 8 + 8 * (lane / 8 % 2), v_chunk = lane / 16;
+  // Q's A fragments for every m-tile and k-step (16 columns of d): loaded once and kept
+  // in registers where they fit (q_in_registers), else reloaded from shared memory.
+  constexpr bool Q_REGS = q_in_registers<D>();
+  uint32_t q_frag[M_TILES][Q_REGS ? D / 16 : 1][4];
+  if (Q_REGS) {
+    for (int mt = 0; mt < M_TILES; ++mt)
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[mt][Q_REGS ? kk : 0], Qs + at<D>(a_row(mt), 2 * kk + a_chunk));
   }
-  const int k_row = lane % 8 + 8 * (lane / 16), k_chunk = lane / 8 % 2;  // B from K
-  const int v_row = lane % 8 + 8 * (lane / 8 % 2), v_chunk = lane / 16;  // B from V, transposed
 
-  // The running state of this lane's two rows (g and g+8 of the warp's 16), in base-2
-  // units of the scaled scores: m is max(s·scale·log2 e).
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.0f, 0.0f};  // this lane's share of l: summed over the quad at the end
-  float o_acc[D / 8][4] = {};
+  // The running state of this lane's rows (g and g+8 of each m-tile), in base-2 units of
+  // the scaled scores: m is max(s·scale·log2 e).
+  float m_run[M_TILES][2], l_run[M_TILES][2];  // l: this lane's share, summed over the quad at the end
+  for (int mt = 0; mt < M_TILES; ++mt) m_run[mt][0] = m_run[mt][1] = -INFINITY, l_run[mt][0] = l_run[mt][1] = 0.0f;
+  float o_acc[M_TILES][D / 8][4] = {};
 
   for (int64_t j = 0; j < kv_tiles; ++j) {  // ---- the only loop: K/V tiles ----
     const int64_t j0 = j * Bc;
@@ -172,15 +188,20 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     const T* Kt = Ks[buf];
     const T* Vt = Vs[buf];
 
-    // S = Q_i·K_jᵀ for the warp's 16 rows: Bc/8 C fragments of 16×8, fp32, unscaled.
-    float s[Bc / 8][4] = {};
+    // S = Q_i·K_jᵀ for the warp's rows: Bc/8 C fragments of 16×8 per m-tile, fp32,
+    // unscaled. Each K fragment from ldmatrix feeds every m-tile of the warp.
+    float s[M_TILES][Bc / 8][4] = {};
     for (int kk = 0; kk < D / 16; ++kk) {
-      if (!FA07_Q_IN_REGISTERS) ldmatrix_x4(q_frag[kk], Qs + at<D>(a_row, 2 * kk + a_chunk));
+      if (!Q_REGS) {
+        for (int mt = 0; mt < M_TILES; ++mt) ldmatrix_x4(q_frag[mt][0], Qs + at<D>(a_row(mt), 2 * kk + a_chunk));
+      }
       for (int n = 0; n < Bc / 8; n += 2) {
         uint32_t b[4];
         ldmatrix_x4(b, Kt + at<D>(8 * n + k_row, 2 * kk + k_chunk));
-        mma_m16n8k16<T>(s[n], q_frag[kk], b[0], b[1]);
-        mma_m16n8k16<T>(s[n + 1], q_frag[kk], b[2], b[3]);
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          mma_m16n8k16<T>(s[mt][n], q_frag[mt][Q_REGS ? kk : 0], b[0], b[1]);
+          mma_m16n8k16<T>(s[mt][n + 1], q_frag[mt][Q_REGS ? kk : 0], b[2], b[3]);
+        }
       }
     }
 
@@ -190,68 +211,83 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     const bool needs_mask = !FA07_TWO_PHASE || j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0);
     if (needs_mask) {
       const int valid = kv_valid(j0);
-      for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
-        const int64_t row = i0 + 16 * warp + g + 8 * h;
-        // The row's last visible column, relative to the tile (below 0: none visible).
-        const int64_t last64 = causal ? row - j0 : Bc;
-        const int last = static_cast<int>(last64 < Bc ? last64 : Bc);
-        for (int n = 0; n < Bc / 8; ++n) {
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const int c = 8 * n + 2 * t + e % 2;
-            if (c >= valid || c > last) s[n][e] = -INFINITY;
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
+          const int64_t row = i0 + 16 * (M_TILES * warp + mt) + g + 8 * h;
+          // The row's last visible column, relative to the tile (below 0: none visible).
+          const int64_t last64 = causal ? row - j0 : Bc;
+          const int last = static_cast<int>(last64 < Bc ? last64 : Bc);
+          for (int n = 0; n < Bc / 8; ++n) {
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+              const int c = 8 * n + 2 * t + e % 2;
+              if (c >= valid || c > last) s[mt][n][e] = -INFINITY;
+            }
           }
         }
       }
     }
 
     // Online softmax in base 2, with the scale folded into the exponent: P = 2^(s·k − m).
-    float alpha[2];
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-      for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-      const float m_new = fmaxf(m_run[h], quad_max(mx) * scale_log2);  // scale > 0: max commutes
-      alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);  // 0 on the first tile
-      float sum = 0.0f;
-      for (int n = 0; n < Bc / 8; ++n) {
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[n][e] = m_new == -INFINITY ? 0.0f : exp2f(fmaf(s[n][e], scale_log2, -m_new));
-          sum += s[n][e];
+    float alpha[M_TILES][2];
+    for (int mt = 0; mt < M_TILES; ++mt) {
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+        for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
+        const float m_new = fmaxf(m_run[mt][h], quad_max(mx) * scale_log2);  // scale > 0: max commutes
+        alpha[mt][h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[mt][h] - m_new);  // 0 on the first tile
+        float sum = 0.0f;
+        for (int n = 0; n < Bc / 8; ++n) {
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            s[mt][n][e] = m_new == -INFINITY ? 0.0f : exp2f(fmaf(s[mt][n][e], scale_log2, -m_new));
+            sum += s[mt][n][e];
+          }
         }
+        l_run[mt][h] = alpha[mt][h] * l_run[mt][h] + sum;
+        m_run[mt][h] = m_new;
       }
-      l_run[h] = alpha[h] * l_run[h] + sum;
-      m_run[h] = m_new;
     }
 
-    // O = alpha·O + P·V_j, P straight from the score registers (as in stage 06).
-    for (int n = 0; n < D / 8; ++n) {
-      o_acc[n][0] *= alpha[0], o_acc[n][1] *= alpha[0];
-      o_acc[n][2] *= alpha[1], o_acc[n][3] *= alpha[1];
+    // O = alpha·O + P·V_j, P straight from the score registers (as in stage 06); each V
+    // fragment feeds every m-tile.
+    for (int mt = 0; mt < M_TILES; ++mt) {
+      for (int n = 0; n < D / 8; ++n) {
+        o_acc[mt][n][0] *= alpha[mt][0], o_acc[mt][n][1] *= alpha[mt][0];
+        o_acc[mt][n][2] *= alpha[mt][1], o_acc[mt][n][3] *= alpha[mt][1];
+      }
     }
     for (int kk = 0; kk < Bc / 16; ++kk) {
-      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[M_TILES][4];
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const float(*p)[4] = s[mt];
+        a[mt][0] = pack2<T>(p[2 * kk][0], p[2 * kk][1]), a[mt][1] = pack2<T>(p[2 * kk][2], p[2 * kk][3]);
+        a[mt][2] = pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]), a[mt][3] = pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+      }
       for (int n = 0; n < D / 8; n += 2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, Vt + at<D>(16 * kk + v_row, n + v_chunk));
-        mma_m16n8k16<T>(o_acc[n], a, b[0], b[1]);
-        mma_m16n8k16<T>(o_acc[n + 1], a, b[2], b[3]);
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          mma_m16n8k16<T>(o_acc[mt][n], a[mt], b[0], b[1]);
+          mma_m16n8k16<T>(o_acc[mt][n + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // all warps are done with buffer j%2 before the next iteration refills it
   }
 
   // Divide by l once, and write O (rounded to T) and the log-sum-exp.
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * warp + g + 8 * h;
-    const float l = quad_sum(l_run[h]);  // l >= 1: the max's own term is 2^0
-    if (r >= q_valid) continue;
-    const float inv = 1.0f / l;
-    T* o_row = Oh + (i0 + r) * D;
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(o_row + 8 * n + 2 * t) = pack2<T>(o_acc[n][2 * h] * inv, o_acc[n][2 * h + 1] * inv);
+  for (int mt = 0; mt < M_TILES; ++mt) {
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * (M_TILES * warp + mt) + g + 8 * h;
+      const float l = quad_sum(l_run[mt][h]);  // l >= 1: the max's own term is 2^0
+      if (r >= q_valid) continue;
+      const float inv = 1.0f / l;
+      T* o_row = Oh + (i0 + r) * D;
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(o_row + 8 * n + 2 * t) =
+            pack2<T>(o_acc[mt][n][2 * h] * inv, o_acc[mt][n][2 * h + 1] * inv);
+      }
+      if (lse && t == 0) lse[bh * seq_q + i0 + r] = (m_run[mt][h] + log2f(l)) * 0.6931471805599453f;  // ln(l·2^m)
     }
-    if (lse && t == 0) lse[bh * seq_q + i0 + r] = (m_run[h] + log2f(l)) * 0.6931471805599453f;  // ln(l·2^m)
   }
 }
 

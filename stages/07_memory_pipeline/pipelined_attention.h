@@ -25,13 +25,17 @@ StageDemo describe();
 // defaults are the finished kernel.
 #ifndef FA07_BR
 /// Br, unless the build overrides it.
-#define FA07_BR 64
+#define FA07_BR 128
+#endif
+#ifndef FA07_M_TILES
+/// 16-row m-tiles per warp, unless the build overrides it: Br / (16·M_TILES) warps a block.
+#define FA07_M_TILES 2
 #endif
 #ifndef FA07_BC
 /// Bc, unless the build overrides it.
 #define FA07_BC 64
 #endif
-constexpr int Br = FA07_BR;  ///< query rows per tile: one warp per 16 rows (the mma's M)
+constexpr int Br = FA07_BR;  ///< query rows per tile: 16·FA07_M_TILES per warp
 constexpr int Bc = FA07_BC;  ///< key/value rows per tile
 
 /// \name The optimisation log's steps, each on (1) unless the build turns it off (0)
@@ -43,7 +47,7 @@ constexpr int Bc = FA07_BC;  ///< key/value rows per tile
 #define FA07_SWIZZLE 1  ///< XOR-swizzled tiles (0: plain unpadded rows, bank conflicts and all)
 #endif
 #ifndef FA07_Q_IN_REGISTERS
-#define FA07_Q_IN_REGISTERS 1  ///< Q's fragments loaded once (0: ldmatrix'd again for every tile)
+#define FA07_Q_IN_REGISTERS 1  ///< Q's fragments loaded once where they fit (0: ldmatrix'd for every tile)
 #endif
 #ifndef FA07_TWO_PHASE
 #define FA07_TWO_PHASE 1  ///< mask only the tiles that need it (0: mask arithmetic on every tile)
@@ -52,7 +56,7 @@ constexpr int Bc = FA07_BC;  ///< key/value rows per tile
 #define FA07_HEAVY_FIRST 1  ///< each head's last Q tile first (0: first tile first)
 #endif
 #ifndef FA07_MIN_BLOCKS
-#define FA07_MIN_BLOCKS 0  ///< blocks per SM for __launch_bounds__ (0: 4 up to d = 64, 2 at d = 128)
+#define FA07_MIN_BLOCKS 0  ///< blocks per SM for __launch_bounds__ (0: the kernel's choice, min_blocks)
 #endif
 ///@}
 
