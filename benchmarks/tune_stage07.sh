@@ -15,6 +15,7 @@ variants=(
   "no_swizzle:-DFA07_SWIZZLE=0"
   "q_in_smem:-DFA07_Q_IN_REGISTERS=0"
   "mask_all:-DFA07_TWO_PHASE=0"
+  "exp2f:-DFA07_FAST_EXP=0"
   "first_first:-DFA07_HEAVY_FIRST=0"
   "one_mtile:-DFA07_M_TILES=1 -DFA07_BR=64"
   "one_mtile_br128:-DFA07_M_TILES=1 -DFA07_BR=128"

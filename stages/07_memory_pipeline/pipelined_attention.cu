@@ -97,6 +97,19 @@ __device__ void copy_tile_async(T* tile, const T* src, int rows, int valid) {
   }
 }
 
+/// 2^x by the hardware's approximation (one MUFU.EX2, relative error about 2^-22, flushing
+/// denormals to zero), where exp2f adds range handling around it. The CPU backend has no
+/// such instruction and uses exp2f. FA07_FAST_EXP=0 uses exp2f on the GPU too.
+__device__ __forceinline__ float fast_exp2(float x) {
+#if defined(FA_CPU_KERNEL) || !FA07_FAST_EXP
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
 /// Max (or sum) over the quad of lanes that holds one row of a C fragment (lanes 4g .. 4g+3).
 __device__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -234,11 +247,11 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
         float mx = -INFINITY;
         for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
         const float m_new = fmaxf(m_run[mt][h], quad_max(mx) * scale_log2);  // scale > 0: max commutes
-        alpha[mt][h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[mt][h] - m_new);  // 0 on the first tile
+        alpha[mt][h] = m_new == -INFINITY ? 1.0f : fast_exp2(m_run[mt][h] - m_new);  // 0 on the first tile
         float sum = 0.0f;
         for (int n = 0; n < Bc / 8; ++n) {
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[mt][n][e] = m_new == -INFINITY ? 0.0f : exp2f(fmaf(s[mt][n][e], scale_log2, -m_new));
+            s[mt][n][e] = m_new == -INFINITY ? 0.0f : fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_new));
             sum += s[mt][n][e];
           }
         }

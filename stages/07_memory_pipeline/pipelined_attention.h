@@ -55,6 +55,9 @@ constexpr int Bc = FA07_BC;  ///< key/value rows per tile
 #ifndef FA07_HEAVY_FIRST
 #define FA07_HEAVY_FIRST 1  ///< each head's last Q tile first (0: first tile first)
 #endif
+#ifndef FA07_FAST_EXP
+#define FA07_FAST_EXP 1  ///< 2^x by ex2.approx (0: exp2f, which adds range handling)
+#endif
 #ifndef FA07_MIN_BLOCKS
 #define FA07_MIN_BLOCKS 0  ///< blocks per SM for __launch_bounds__ (0: the kernel's choice, min_blocks)
 #endif
