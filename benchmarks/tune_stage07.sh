@@ -67,3 +67,19 @@ if command -v ncu > /dev/null; then
       grep -E "bank_conflicts|ldsm|wavefronts|Duration" | sed 's/^ *//'
   done
 fi
+if command -v ncu > /dev/null; then
+  # Where the finished kernel's time goes: pipes, issue slots, occupancy, stall reasons.
+  m=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
+  m=$m,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active
+  m=$m,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
+  for r in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected selected lg_throttle dispatch_stall; do
+    m=$m,smsp__warp_issue_stalled_${r}_per_warp_active.pct
+  done
+  m=$m,smsp__inst_executed.sum,dram__bytes_read.sum,gpu__time_duration.sum
+  for s in "--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64" "--batch 1 --heads 16 --seq-q 16384 --seq-kv 16384 --dim 128"; do
+    echo "== ncu stage07 $s"
+    # shellcheck disable=SC2086
+    ncu --metrics "$m" --launch-count 1 -k regex:pipelined_kernel "$out/final/bin/stage07_memory_pipeline" $s \
+      --repeats 1 --warmup 0 --no-check 2>&1 | grep -E "sm__|smsp__|dram__|gpu__" | sed 's/^ *//'
+  done
+fi

@@ -18,11 +18,12 @@ StageDemo describe() {
   stage.notes = [](const AttentionProblem& p) {
     const int64_t q_tiles = (p.seq_q + Br - 1) / Br;
     return std::vector<std::pair<std::string, std::string>>{
-        {"tiles", "Br = " + std::to_string(Br) + " query rows (16 per warp), Bc = " + std::to_string(Bc) +
+        {"tiles", "Br = " + std::to_string(Br) + " query rows (" + std::to_string(16 * FA07_M_TILES) +
+                      " per warp), Bc = " + std::to_string(Bc) +
                       " key rows, K and V double-buffered; " +
                       format_bytes(static_cast<double>(shared_bytes(p.dim))) + " of shared memory per block"},
         {"grid", std::to_string(q_tiles * p.batch_heads()) + " blocks (" + std::to_string(q_tiles) +
-                     " Q tiles x " + std::to_string(p.batch_heads()) + " heads), " + std::to_string(Br * 2) +
+                     " Q tiles x " + std::to_string(p.batch_heads()) + " heads), " + std::to_string(2 * Br / FA07_M_TILES) +
                      " threads each, last Q tile first"},
         {"memory", "cp.async global -> shared, tile j+1 in flight while tile j is computed; XOR-swizzled tiles"}};
   };

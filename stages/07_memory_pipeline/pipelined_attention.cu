@@ -22,11 +22,14 @@
  *   buffers (double buffering); wait_group says which copies must have landed;
  * - tiles are stored unpadded with an XOR swizzle (cp_async.cuh): ldmatrix without bank
  *   conflicts, and 6% less shared memory than stage 06's padding at d=128;
- * - Q's fragments are loaded once into registers instead of by ldmatrix at every tile;
+ * - each warp owns two 16-row m-tiles, so every K/V fragment feeds four mma instead of two;
+ * - Q's fragments are loaded once into registers (where they fit: d ≤ 64);
  * - causal in two phases: tiles wholly below the diagonal skip the mask arithmetic
  *   entirely (so do all full tiles without a mask), and the Q tiles are scheduled
  *   heaviest first (the last query tiles of a head see the most keys);
- * - the scale is folded into the exponent: 2^(s·scale·log2 e − m), one FMA per score.
+ * - 2^x by ex2.approx.ftz, the scale folded into the exponent: 2^(s·scale·log2 e − m), one
+ *   FMA and one exponential per score.
+ * Each step can be switched off (pipelined_attention.h) to measure it: the README's log.
  * Cost: no workspace. HBM traffic: stage 06's. Parallelism: B·H·⌈Nq/Br⌉ blocks of 4 warps.
  *
  * Run: `stage07_memory_pipeline --batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64`
