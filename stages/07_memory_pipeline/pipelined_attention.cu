@@ -250,11 +250,15 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
         float mx = -INFINITY;
         for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
         const float m_new = fmaxf(m_run[mt][h], quad_max(mx) * scale_log2);  // scale > 0: max commutes
-        alpha[mt][h] = m_new == -INFINITY ? 1.0f : fast_exp2(m_run[mt][h] - m_new);  // 0 on the first tile
+        // A row with no visible key yet has m_new = −inf, and −inf − (−inf) is NaN. Subtracting
+        // 0 instead gives 2^−inf = 0 for every masked score and for alpha, with one test per
+        // row rather than one per score. (alpha = 0 then scales an l and O that are still 0.)
+        const float m_sub = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[mt][h] = fast_exp2(m_run[mt][h] - m_sub);  // 0 on the first tile
         float sum = 0.0f;
         for (int n = 0; n < Bc / 8; ++n) {
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[mt][n][e] = m_new == -INFINITY ? 0.0f : fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_new));
+            s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_sub));
             sum += s[mt][n][e];
           }
         }
