@@ -29,7 +29,8 @@ function(fa_cpu_kernel_library target)
   # Only the rewritten kernel files see the CUDA keywords of kernel.h. With the race
   # detector, the compiler reports their loads and stores to it (-fsanitize=thread at
   # compile time only: the backend answers the calls, ThreadSanitizer is not linked), and
-  # a line table (-g1) lets its reports name source lines.
+  # a line table (-g1) lets its reports name source lines. DWARF 4, because Debian 12's
+  # addr2line names the generated .cpp instead of the #line file with DWARF 5.
   set(options "-include;fa_cpu/kernel.h")
   if(FA_CPU_RACECHECK)
     list(APPEND options "-fsanitize=thread;-g1;-gdwarf-4")

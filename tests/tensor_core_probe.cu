@@ -1,5 +1,6 @@
-// Small kernels that exercise the tensor-core instructions one at a time: ldmatrix (.x4,
-// with and without .trans), mma.sync.m16n8k16 (fp16 and bf16) and the 16-bit roundings.
+// Small kernels that exercise the new instructions one at a time: ldmatrix (.x4, with and
+// without .trans), mma.sync.m16n8k16 (fp16 and bf16), the 16-bit roundings, and cp.async
+// with commit and wait groups and zero-fill.
 // The same file is built for the GPU and for the CPU backend; tensor_core_probe_main.cpp
 // runs both on the same inputs and requires the CPU backend to match the hardware.
 #include "tests/tensor_core_probe.h"
@@ -11,6 +12,7 @@
 #include "common/cuda_check.h"
 #include "common/device_buffer.h"
 #include "stages/06_tensor_cores/mma.cuh"
+#include "stages/07_memory_pipeline/cp_async.cuh"
 
 namespace fa::probe {
 
@@ -54,6 +56,26 @@ __global__ void round_kernel(const float* x, uint32_t* half2, uint32_t* bf162, i
   bf162[i] = tc::pack2<__nv_bfloat16>(x[2 * i], x[2 * i + 1]);
 }
 
+// One warp, two commit groups of cp.async: lane L copies chunk L into a scrambled slot
+// of the first 32 (every third lane with src-size 0: zeros), then chunk 32 + L into slot
+// 32 + L. After wait_group 1 (the first group complete) and a __syncwarp, lane L reads
+// another lane's slot of the first group; after wait_group 0, of the second. Only data
+// the PTX ISA guarantees to be there is read, so the GPU's answer is defined.
+__global__ void cp_async_kernel(const uint4* src, uint4* out) {
+  __shared__ uint4 slots[64];
+  const int lane = threadIdx.x;
+  pipe::cp_async_16(&slots[(5 * lane + 3) % 32], &src[lane], lane % 3 != 0);
+  pipe::cp_async_commit();
+  pipe::cp_async_16(&slots[32 + lane], &src[32 + lane], true);
+  pipe::cp_async_commit();
+  pipe::cp_async_wait<1>();
+  __syncwarp();
+  out[lane] = slots[(lane + 7) % 32];
+  pipe::cp_async_wait<0>();
+  __syncwarp();
+  out[32 + lane] = slots[32 + (lane + 1) % 32];
+}
+
 }  // namespace
 
 ProbeOutputs run_probes(const ProbeInputs& in) {
@@ -86,6 +108,12 @@ ProbeOutputs run_probes(const ProbeInputs& in) {
     FA_CHECK_LAUNCH("round_kernel");
     out.half2 = h.download();
     out.bf162 = bf.download();
+  }
+  {
+    DeviceBuffer<uint32_t> src(in.copy_src), dst(64 * 4);
+    cp_async_kernel<<<1, 32>>>(reinterpret_cast<const uint4*>(src.data()), reinterpret_cast<uint4*>(dst.data()));
+    FA_CHECK_LAUNCH("cp_async_kernel");
+    out.cp_async = dst.download();
   }
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   return out;

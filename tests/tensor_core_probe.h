@@ -1,4 +1,5 @@
-// The tensor-core probe kernels' inputs and outputs (see tensor_core_probe.cu).
+// The probe kernels' inputs and outputs (see tensor_core_probe.cu): the tensor-core
+// instructions, the 16-bit roundings, and cp.async.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@ struct ProbeInputs {
   std::vector<uint32_t> mma_b[2];       ///< [fp16, bf16]: 32 lanes × 2 B registers
   std::vector<float> mma_c;             ///< 32 lanes × 4 C values
   std::vector<float> floats;            ///< values to round to fp16 and bf16 (ties, subnormals, overflow)
+  std::vector<uint32_t> copy_src;       ///< 64 × 16 random bytes for the cp.async probe
 };
 
 /// What they produced.
@@ -24,6 +26,7 @@ struct ProbeOutputs {
   std::vector<uint32_t> ldmatrix, ldmatrix_trans;  ///< 32 lanes × 4 registers each
   std::vector<float> mma_d[2];                     ///< [fp16, bf16]: 32 lanes × 4 D values
   std::vector<uint32_t> half2, bf162;              ///< pairs of rounded floats
+  std::vector<uint32_t> cp_async;                  ///< what the cp.async probe read back
 };
 
 /// The probes' inputs for `seed`, identical on every machine.

@@ -1,12 +1,12 @@
-// The proof that the CPU backend's ldmatrix, mma.sync and 16-bit roundings are the
-// hardware's: the same probe kernels (tensor_core_probe.cu) on the same inputs, once on
+// The proof that the CPU backend's ldmatrix, mma.sync, 16-bit roundings and cp.async are
+// the hardware's: the same probe kernels (tensor_core_probe.cu) on the same inputs, once on
 // the GPU and once on the CPU backend. Two programs, because one process cannot hold
 // both CUDA runtimes:
 //
 //   tensor_core_probe --write FILE       (GPU build) runs the probes, writes their outputs
 //   tensor_core_probe_cpu --check FILE   (CPU build) runs them too, compares with FILE
 //
-// ldmatrix moves bits and the roundings are exact, so those must be identical; mma
+// ldmatrix and cp.async move bits and the roundings are exact, so those must be identical; mma
 // results must agree within fp32 accumulation rounding (the order and rounding of the
 // tensor core's internal sums are not specified, so the emulation sums exactly).
 #include <cmath>
@@ -68,6 +68,7 @@ ProbeInputs make_inputs(uint64_t seed) {
     in.floats.push_back(x);
     in.floats.push_back(-x);
   }
+  for (float x : random_uniform(64 * 4, seed + 9, 1.0f)) in.copy_src.push_back(static_cast<uint32_t>((x + 1.0f) * 2147483647.0f));
   return in;
 }
 
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
     if (mode == "--write") {
       std::ofstream f(path, std::ios::binary);
       put(f, out.ldmatrix), put(f, out.ldmatrix_trans), put(f, out.mma_d[0]), put(f, out.mma_d[1]);
-      put(f, out.half2), put(f, out.bf162);
+      put(f, out.half2), put(f, out.bf162), put(f, out.cp_async);
       if (!f) throw fa::InputError(path + ": write failed");
       std::cout << "probe outputs of " << device.name << " written to " << path << "\n";
       return 0;
@@ -138,11 +139,12 @@ int main(int argc, char** argv) {
     ProbeOutputs gpu;
     gpu.ldmatrix = get<uint32_t>(f), gpu.ldmatrix_trans = get<uint32_t>(f);
     gpu.mma_d[0] = get<float>(f), gpu.mma_d[1] = get<float>(f);
-    gpu.half2 = get<uint32_t>(f), gpu.bf162 = get<uint32_t>(f);
+    gpu.half2 = get<uint32_t>(f), gpu.bf162 = get<uint32_t>(f), gpu.cp_async = get<uint32_t>(f);
     int bad = compare_bits("ldmatrix.x4", out.ldmatrix, gpu.ldmatrix, 4);
     bad += compare_bits("ldmatrix.x4.trans", out.ldmatrix_trans, gpu.ldmatrix_trans, 4);
     bad += compare_bits("fp16 rounding (pairs)", out.half2, gpu.half2, 1);
     bad += compare_bits("bf16 rounding (pairs)", out.bf162, gpu.bf162, 1);
+    bad += compare_bits("cp.async groups and zero-fill", out.cp_async, gpu.cp_async, 4);
     const char* names[2] = {"mma.sync fp16", "mma.sync bf16"};
     for (int t = 0; t < 2; ++t) {
       // |products| <= 2·2 each, 16 of them, plus |c| <= 4: sums stay below 68, so fp32

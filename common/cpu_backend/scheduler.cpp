@@ -3,8 +3,6 @@
 // or its end, then hands control back here.
 #include "fa_cpu/scheduler.h"
 
-#include "fa_cpu/async_copy.h"
-
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "fa_cpu/async_copy.h"
 #include "racecheck.h"
 #include "runtime_state.h"
 
