@@ -100,8 +100,8 @@ __device__ void copy_tile_async(T* tile, const T* src, int rows, int valid) {
   }
 }
 
-/// 2^x by the hardware's approximation (one MUFU.EX2, relative error about 2^-22, flushing
-/// denormals to zero), where exp2f adds range handling around it. The CPU backend has no
+/// 2^x by the hardware's approximation, flushing denormal results to zero: exp2f is the
+/// same approximation (PTX ex2.approx.f32) but must keep denormals, which costs instructions. The CPU backend has no
 /// such instruction and uses exp2f. FA07_FAST_EXP=0 uses exp2f on the GPU too.
 __device__ __forceinline__ float fast_exp2(float x) {
 #if defined(FA_CPU_KERNEL) || !FA07_FAST_EXP
