@@ -1,15 +1,6 @@
 # cmake -DEXPECT_EXIT=<code> -DEXPECT_OUTPUT=<regex> -P expect.cmake -- <program> <args>...
 # Runs the program and fails unless it exits with EXPECT_EXIT and its output matches.
-set(cmd "")
-set(after_dashes OFF)
-math(EXPR last "${CMAKE_ARGC} - 1")
-foreach(i RANGE 0 ${last})
-  if(after_dashes)
-    list(APPEND cmd "${CMAKE_ARGV${i}}")
-  elseif(CMAKE_ARGV${i} STREQUAL "--")
-    set(after_dashes ON)
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/command_after_dashes.cmake)
 execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
 if(NOT rc STREQUAL "${EXPECT_EXIT}")

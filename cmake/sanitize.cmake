@@ -6,16 +6,7 @@
 # included) and the program succeeded; EXPECT=hazards passes only if racecheck reported
 # at least one hazard (the planted race). Prints "SKIPPED:" (CTest's skip pattern) when
 # there is no compute-sanitizer or no GPU, so that such runs are never counted as passed.
-set(cmd "")
-set(after_dashes OFF)
-math(EXPR last "${CMAKE_ARGC} - 1")
-foreach(i RANGE 0 ${last})
-  if(after_dashes)
-    list(APPEND cmd "${CMAKE_ARGV${i}}")
-  elseif(CMAKE_ARGV${i} STREQUAL "--")
-    set(after_dashes ON)
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/command_after_dashes.cmake)
 
 if(NOT SANITIZER OR NOT EXISTS "${SANITIZER}")
   message("SKIPPED: compute-sanitizer was not found when the build was configured")

@@ -67,7 +67,7 @@ AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64
 /**
  * HBM bytes of FlashAttention-2's loop order by the IO model: Q read and O written once,
  * K and V read once per Q tile of `br` rows, one fp32 log-sum-exp per row; elements of
- * p.dtype. Stages 05 and 06 share it (at 4 and 2 bytes an element).
+ * p.dtype. Stages 05, 06 and 07 share it (at 4, 2 and 2 bytes an element).
  */
 double q_outer_hbm_bytes(const AttentionProblem& p, int64_t br);
 

@@ -32,11 +32,7 @@ std::vector<ThreadCopies>& per_thread() {
   return threads;
 }
 
-ThreadCopies& mine() {
-  const unsigned linear =
-      fa_cpu_threadIdx.x + fa_cpu_blockDim.x * (fa_cpu_threadIdx.y + fa_cpu_blockDim.y * fa_cpu_threadIdx.z);
-  return per_thread().at(linear);
-}
+ThreadCopies& mine() { return per_thread().at(static_cast<std::size_t>(current_thread())); }
 
 void land(const std::vector<Copy>& group) {
   for (const Copy& c : group) {

@@ -563,6 +563,8 @@ unsigned active_mask() {
   return mask;
 }
 
+int current_thread() { return running_block("cp.async or ldmatrix").current->linear; }
+
 void* dynamic_shared_memory(std::size_t alignment) {
   if (reinterpret_cast<std::uintptr_t>(g_dynamic_smem) % alignment != 0) {
     std::fprintf(stderr, "fa_cpu: dynamic shared memory is not aligned to %zu\n", alignment);

@@ -110,8 +110,7 @@ void ldmatrix(int count, bool trans, const void* row, std::uint32_t* regs, const
   if (count != 1 && count != 2 && count != 4) throw std::runtime_error("ldmatrix: .x1, .x2 or .x4 only");
   // The row this lane names is read by the instruction: tell the race detector, as the
   // compiler's instrumentation does for ordinary loads in kernel code.
-  const unsigned linear = fa_cpu_threadIdx.x + fa_cpu_blockDim.x * (fa_cpu_threadIdx.y + fa_cpu_blockDim.y * fa_cpu_threadIdx.z);
-  if (linear % 32 < 8u * static_cast<unsigned>(count)) race::access(row, 16, false, __builtin_return_address(0));
+  if (current_thread() % 32 < 8 * count) race::access(row, 16, false, __builtin_return_address(0));
   LdmatrixLane lane{count, trans, row, {0, 0, 0, 0}};
   warp_matrix(ldmatrix_op, trans ? "ldmatrix.trans" : "ldmatrix", 0xffffffffu, &lane, file, line);
   for (int i = 0; i < count; ++i) regs[i] = lane.regs[i];

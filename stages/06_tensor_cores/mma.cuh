@@ -48,7 +48,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
+
+#include "common/dtype.h"
+#include "common/errors.h"
 
 namespace fa::tc {
 
@@ -114,6 +118,18 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     std::memcpy(&u, &h, 4);
   }
   return u;
+}
+
+/// Host side: calls f(T{}) with T the 16-bit type of `dtype`, __half or __nv_bfloat16, so a
+/// launcher picks its kernel template; fp32 throws InputError naming `stage`.
+template <typename F>
+void with_mma_type(DType dtype, const char* stage, F&& f) {
+  switch (dtype) {
+    case DType::F16: return f(__half{});
+    case DType::BF16: return f(__nv_bfloat16{});
+    case DType::F32: break;
+  }
+  throw InputError(std::string(stage) + " runs in fp16 or bf16 (tensor cores), not fp32");
 }
 
 }  // namespace fa::tc

@@ -252,13 +252,9 @@ double hbm_bytes_model(const AttentionProblem& p) {
 
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
   with_head_dim(p.dim, [&](auto D) {
-    constexpr int d = decltype(D)::value;
-    switch (p.dtype) {
-      case DType::F16: return launch<__half, d>(p, Q, K, V, O, lse);
-      case DType::BF16: return launch<__nv_bfloat16, d>(p, Q, K, V, O, lse);
-      case DType::F32: break;
-    }
-    throw InputError("stage 06 runs in fp16 or bf16 (tensor cores), not fp32");
+    tc::with_mma_type(p.dtype, "stage 06", [&](auto type) {
+      launch<decltype(type), decltype(D)::value>(p, Q, K, V, O, lse);
+    });
   });
 }
 

@@ -98,6 +98,9 @@ void warp_matrix(MatrixOp op, const char* name, unsigned mask, void* lane_data, 
 /// Mask of the lanes of the calling warp that have not exited.
 unsigned active_mask();
 
+/// The linear index (x + y·blockDim.x + z·blockDim.x·blockDim.y) of the running CUDA thread.
+int current_thread();
+
 /// The current launch's dynamic shared memory (extern __shared__).
 void* dynamic_shared_memory(std::size_t alignment);
 
