@@ -43,6 +43,8 @@ SERIES = [
     ("05_flash2", "fp32", "05 FlashAttention-2", "#1f77b4", "", True),
     ("06_tensor_cores", "fp16", "06 tensor cores FP16", "#e6550d", "8,3,2,3", True),
     ("06_tensor_cores", "bf16", "06 tensor cores BF16", "#e6550d", "4,4", False),
+    ("07_memory_pipeline", "fp16", "07 memory pipeline FP16", "#6a3d9a", "8,3,2,3", True),
+    ("07_memory_pipeline", "bf16", "07 memory pipeline BF16", "#6a3d9a", "4,4", False),
     ("cublas_baseline", "fp32", "cuBLAS GEMM + softmax + GEMM", "#7f7f7f", "6,3", True),
 ]
 for _prec, _dash in (("fp32", "2,3"), ("fp16", "8,3,2,3"), ("bf16", "4,4")):
@@ -317,11 +319,15 @@ def headlines(idx, dim=SEEDS_D, n=SEEDS_N):
         P = prec.upper()
         out.append(f"stage 06 in {P} vs stage 05 in FP32: {ratio(ms('05_flash2'), ms('06_tensor_cores', prec))} "
                    f"({t('05_flash2')} -> {t('06_tensor_cores', prec)})")
-        for be, label in (("sdpa_flash", "flash"), ("sdpa_cudnn", "cuDNN")):
-            a, b = ms(be, prec), ms("06_tensor_cores", prec)
-            if a and b:
-                out.append(f"stage 06 vs PyTorch SDPA {label} in {P}: {ratio(a, b)} ({t(be, prec)} -> "
-                           f"{t('06_tensor_cores', prec)}): {a / b:.0%} of its throughput")
+        for stage in ("06_tensor_cores", "07_memory_pipeline"):
+            if stage != "06_tensor_cores" and ms(stage, prec):
+                out.append(f"stage {stage[:2]} in {P} vs stage 06: {ratio(ms('06_tensor_cores', prec), ms(stage, prec))} "
+                           f"({t('06_tensor_cores', prec)} -> {t(stage, prec)})")
+            for be, label in (("sdpa_flash", "flash"), ("sdpa_cudnn", "cuDNN")):
+                a, b = ms(be, prec), ms(stage, prec)
+                if a and b:
+                    out.append(f"stage {stage[:2]} vs PyTorch SDPA {label} in {P}: {ratio(a, b)} ({t(be, prec)} -> "
+                               f"{t(stage, prec)}): {a / b:.0%} of its throughput")
     return out
 
 

@@ -13,13 +13,14 @@ variants=(
   "final:"
   "no_prefetch:-DFA07_PREFETCH=0"
   "no_swizzle:-DFA07_SWIZZLE=0"
-  "q_in_smem:-DFA07_Q_IN_REGISTERS=0"
+  "per_access:-DFA07_LANE_OFFSETS=0"
   "mask_all:-DFA07_TWO_PHASE=0"
   "exp2f:-DFA07_FAST_EXP=0"
   "first_first:-DFA07_HEAVY_FIRST=0"
+  "eager:-DFA07_LAZY_RESCALE=0"
+  "lazy_all:-DFA07_LAZY_RESCALE=2"
   "one_mtile:-DFA07_M_TILES=1 -DFA07_BR=64"
-  "one_mtile_br128:-DFA07_M_TILES=1 -DFA07_BR=128"
-  "bc32:-DFA07_BC=32"
+  "bc64:-DFA07_BC=64"
   "bc128:-DFA07_BC=128"
   "min1:-DFA07_MIN_BLOCKS=1"
 )
@@ -76,10 +77,14 @@ if command -v ncu > /dev/null; then
     m=$m,smsp__warp_issue_stalled_${r}_per_warp_active.pct
   done
   m=$m,smsp__inst_executed.sum,dram__bytes_read.sum,gpu__time_duration.sum
+  # The same for the variant that computes the swizzled offsets at every access, whose
+  # instruction count explains its row of the log.
   for s in "--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64" "--batch 1 --heads 16 --seq-q 16384 --seq-kv 16384 --dim 128"; do
-    echo "== ncu stage07 $s"
-    # shellcheck disable=SC2086
-    ncu --metrics "$m" --launch-count 1 -k regex:pipelined_kernel "$out/final/bin/stage07_memory_pipeline" $s \
-      --repeats 1 --warmup 0 --no-check 2>&1 | grep -E "sm__|smsp__|dram__|gpu__" | sed 's/^ *//'
+    for v in final per_access; do
+      echo "== ncu stage07 ($v) $s"
+      # shellcheck disable=SC2086
+      ncu --metrics "$m" --launch-count 1 -k regex:pipelined_kernel "$out/$v/bin/stage07_memory_pipeline" $s \
+        --repeats 1 --warmup 0 --no-check 2>&1 | grep -E "sm__|smsp__|dram__|gpu__" | sed 's/^ *//'
+    done
   done
 fi

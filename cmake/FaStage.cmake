@@ -36,7 +36,9 @@ function(fa_cpu_kernel_library target)
     list(APPEND options "-fsanitize=thread;-g1;-gdwarf-4")
   endif()
   set_source_files_properties(${generated} PROPERTIES COMPILE_OPTIONS "${options}")
-  target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wno-unused-function>)
+  # #pragma unroll is nvcc's (the CPU compiler unrolls by its own judgement).
+  target_compile_options(${target} PRIVATE
+    $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wno-unused-function -Wno-unknown-pragmas>)
 endfunction()
 
 function(fa_add_stage id)

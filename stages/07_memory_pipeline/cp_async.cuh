@@ -73,6 +73,12 @@ __device__ __forceinline__ void cp_async_wait() {
  * than 8 chunks (D = 32, 16) already spread over 2 or 4 positions, so the XOR pattern
  * changes every 2 or 4 rows instead. Writers and readers use the same function, and the
  * copies and ldmatrix always move whole chunks, so the data is only permuted within a row.
+ *
+ * Two identities let a kernel compute the swizzle once per lane instead of once per access:
+ * - along a row, for any delta < D/8:  swizzle(row, chunk ^ delta) == swizzle(row, chunk) ^ 8·delta
+ *   (the chunk bits sit below the row bits, and XOR is associative);
+ * - down a column, for any m:  swizzle(row + 8·m, chunk) == swizzle(row, chunk) + 8·m·D
+ *   (the pattern repeats every 8 rows).
  */
 template <int D>
 __device__ __forceinline__ int swizzle(int row, int chunk) {

@@ -19,7 +19,7 @@ StageDemo describe() {
     const int64_t q_tiles = (p.seq_q + Br - 1) / Br;
     return std::vector<std::pair<std::string, std::string>>{
         {"tiles", "Br = " + std::to_string(Br) + " query rows (" + std::to_string(16 * FA07_M_TILES) +
-                      " per warp), Bc = " + std::to_string(Bc) +
+                      " per warp), Bc = " + std::to_string(key_tile_rows(p.dim)) +
                       " key rows, K and V double-buffered; " +
                       format_bytes(static_cast<double>(shared_bytes(p.dim))) + " of shared memory per block"},
         {"grid", std::to_string(q_tiles * p.batch_heads()) + " blocks (" + std::to_string(q_tiles) +

@@ -6,9 +6,9 @@
  * tensor cores idle while the tile travels from HBM, and the load units idle while the
  * tensor cores work. Here the copy of tile j+1 is in flight while tile j is computed.
  *
- *     (one block per Q tile i; warp w owns its 16 query rows, as in stage 06)
+ *     (one block per Q tile i of 128 rows; warp w owns 32 of them, two 16-row m-tiles)
  *     cp.async Q_i; commit                  cp.async K_0, V_0 → buffer 0; commit
- *     wait until Q_i has landed; Q fragments → registers, for the whole loop
+ *     wait until Q_i has landed; Q fragments → registers, for the whole loop (where they fit)
  *     for each K/V tile j:
  *         cp.async K_{j+1}, V_{j+1} → buffer (j+1)%2; commit     (nothing waits for it yet)
  *         wait until tile j has landed (at most 1 group in flight); __syncthreads()
@@ -22,13 +22,18 @@
  *   buffers (double buffering); wait_group says which copies must have landed;
  * - tiles are stored unpadded with an XOR swizzle (cp_async.cuh): ldmatrix without bank
  *   conflicts, and 6% less shared memory than stage 06's padding at d=128;
+ * - each lane's swizzled offsets are computed once; every copy and ldmatrix then adds a
+ *   constant or XORs one (cp_async.cuh), which removes a third of the instructions;
  * - each warp owns two 16-row m-tiles, so every K/V fragment feeds four mma instead of two;
- * - Q's fragments are loaded once into registers (where they fit: d ≤ 64);
+ *   Bc is chosen per head dimension (128 up to d = 64, 64 at d = 128);
+ * - Q's fragments are loaded once into registers where they fit (d ≤ 32; see q_in_registers);
  * - causal in two phases: tiles wholly below the diagonal skip the mask arithmetic
  *   entirely (so do all full tiles without a mask), and the Q tiles are scheduled
  *   heaviest first (the last query tiles of a head see the most keys);
  * - 2^x by ex2.approx.ftz, the scale folded into the exponent: 2^(s·scale·log2 e − m), one
- *   FMA and one exponential per score.
+ *   FMA and one exponential per score;
+ * - at d = 128, lazy rescaling: a row's max moves only when it grows by more than 2^8, and
+ *   a warp whose rows' maxima all stayed skips O's rescale.
  * Each step can be switched off (pipelined_attention.h) to measure it: the README's log.
  * Cost: no workspace. HBM traffic: stage 06's. Parallelism: B·H·⌈Nq/Br⌉ blocks of 4 warps.
  *
@@ -59,13 +64,27 @@ using tc::pack2;
 constexpr int M_TILES = FA07_M_TILES;     ///< 16-row m-tiles per warp: each K/V fragment feeds them all
 constexpr int WARPS = Br / (16 * M_TILES);  ///< warps per block
 constexpr int THREADS = 32 * WARPS;         ///< threads per block
-static_assert(Br % (16 * M_TILES) == 0 && Bc % 16 == 0, "warps own 16·M_TILES rows; P·V takes 16 keys a step");
+static_assert(Br % (16 * M_TILES) == 0, "warps own 16·M_TILES rows");
 
-/// Whether Q's fragments stay in registers for the whole loop: D/16 · M_TILES · 4
-/// registers, which fit beside O's accumulators up to d = 64 with two m-tiles.
+/// Whether a row's max moves lazily (FA07_LAZY_RESCALE): measured to pay at d = 128,
+/// where skipping O's rescale saves 128 multiplies a tile per thread; at d = 64 it saves
+/// 64 and costs more, as the vote and the branch split the softmax from P·V.
+template <int D>
+constexpr bool lazy_rescale() {
+  return FA07_LAZY_RESCALE == 2 || (FA07_LAZY_RESCALE == 1 && D >= 128);
+}
+
+/// The lazy rescale's slack, in base-2 units: a row's reference max moves only when a
+/// score passes it by more than this, so 2^(s − m) ≤ 2^8 = 256.
+constexpr float RESCALE_SLACK = 8.0f;
+
+/// Whether Q's fragments stay in registers for the whole loop: D/4 registers per m-tile,
+/// kept where they fit beside the scores (Bc/2 per m-tile) and O's accumulators (D/2)
+/// within 192 registers, which leaves room for addresses and temporaries: at d = 32,
+/// and at d = 64 with Bc = 64, but not at d = 64 with Bc = 128 nor at d = 128.
 template <int D>
 constexpr bool q_in_registers() {
-  return FA07_Q_IN_REGISTERS && D * M_TILES <= 128;
+  return FA07_Q_IN_REGISTERS && M_TILES * (key_tile<D>() / 2 + D / 2 + D / 4) <= 192;
 }
 
 /// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__):
@@ -88,17 +107,51 @@ __device__ __forceinline__ int at(int row, int chunk) {
   }
 }
 
-/// Starts copying `rows` rows of D elements from `src` into a swizzled tile, 16 bytes
-/// per thread per step; rows at or past `valid` are zero-filled by the copy itself.
-template <typename T, int D>
-__device__ void copy_tile_async(T* tile, const T* src, int rows, int valid) {
-  constexpr int CHUNKS = D / 8;  // 16-byte pieces per row
-  for (int idx = threadIdx.x; idx < rows * CHUNKS; idx += THREADS) {
-    const int r = idx / CHUNKS, c = idx % CHUNKS;
-    const bool inside = r < valid;  // valid >= 1, so row 0 is a safe address to name
-    cp_async_16(tile + at<D>(r, c), src + static_cast<int64_t>(inside ? r : 0) * D + 8 * c, inside);
+/**
+ * One thread's share of copying a tile of ROWS rows of D elements into a swizzled tile:
+ * 16-byte chunk `threadIdx.x % (D/8)` of rows `first_row`, first_row + ROW_STEP, ... The
+ * offsets are computed once, when the kernel starts; each copy then only adds constants
+ * (the swizzle repeats every 8 rows and ROW_STEP is a multiple of 8).
+ */
+template <typename T, int D, int ROWS>
+struct TileCopy {
+  static constexpr int CHUNKS = D / 8;               ///< 16-byte chunks per row
+  static constexpr int ROW_STEP = THREADS / CHUNKS;  ///< rows the block covers in one step
+  static_assert(THREADS % CHUNKS == 0 && ROW_STEP % 8 == 0, "each step covers whole 8-row swizzle patterns");
+  int first_row;  ///< this thread's first row
+  int to;         ///< its offset in the (swizzled) tile
+  int from;       ///< its offset in the source rows
+
+  __device__ TileCopy()
+      : first_row(static_cast<int>(threadIdx.x) / CHUNKS),
+        to(at<D>(first_row, threadIdx.x % CHUNKS)),
+        from(first_row * D + 8 * (threadIdx.x % CHUNKS)) {}
+
+  /// Starts copying rows [0, ROWS) of `src` into `tile`; rows at or past `valid` are
+  /// zero-filled by the copy itself (valid >= 1, so row 0 is a safe address to name).
+  __device__ void operator()(T* tile, const T* src, int valid) const {
+    if (!FA07_LANE_OFFSETS) {  // the optimisation log's "before": row, chunk and swizzle at every copy
+      for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += THREADS) {
+        const int r = idx / CHUNKS, c = idx % CHUNKS;
+        const bool inside = r < valid;
+        cp_async_16(tile + at<D>(r, c), src + (inside ? r : 0) * D + 8 * c, inside);
+      }
+    } else if (valid >= ROWS) {  // a full tile: no row to test
+#pragma unroll
+      for (int i = 0; i * ROW_STEP < ROWS; ++i) {
+        if (ROWS % ROW_STEP != 0 && first_row + i * ROW_STEP >= ROWS) break;
+        cp_async_16(tile + to + i * ROW_STEP * D, src + from + i * ROW_STEP * D, true);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i * ROW_STEP < ROWS; ++i) {
+        if (ROWS % ROW_STEP != 0 && first_row + i * ROW_STEP >= ROWS) break;
+        const bool inside = first_row + i * ROW_STEP < valid;
+        cp_async_16(tile + to + i * ROW_STEP * D, src + (inside ? from + i * ROW_STEP * D : 0), inside);
+      }
+    }
   }
-}
+};
 
 /// 2^x by the hardware's approximation, flushing denormal results to zero: exp2f is the
 /// same approximation (PTX ex2.approx.f32) but must keep denormals, which costs instructions. The CPU backend has no
@@ -124,15 +177,33 @@ __device__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/// Max (op = fmaxf) or sum (op = add) of this lane's 2·N scores of one row (h = 0: row g,
+/// h = 1: row g + 8) of N C fragments, as a tree: log2(2N) dependent steps instead of 2N.
+template <int N, typename Op>
+__device__ __forceinline__ float row_reduce(const float (&c)[N][4], int h, Op op) {
+  float v[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) v[n] = op(c[n][2 * h], c[n][2 * h + 1]);
+#pragma unroll
+  for (int w = 1; w < N; w *= 2) {
+#pragma unroll
+    for (int n = 0; n + w < N; n += 2 * w) v[n] = op(v[n], v[n + w]);
+  }
+  return v[0];
+}
+
 /// One block per (Q tile, batch·head), flattened into blockIdx.x. T is __half or __nv_bfloat16.
 template <typename T, int D>
 __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     pipelined_kernel(const T* Q, const T* K, const T* V, T* O, float* lse, int64_t seq_q, int64_t seq_kv,
                      float scale_log2, bool causal) {
+  constexpr int Bc = key_tile<D>();
+  static_assert(Bc % 16 == 0, "P·V takes 16 keys a step");
   extern __shared__ uint4 smem[];       // uint4: 16-byte aligned, as cp.async and ldmatrix need
-  T* Qs = reinterpret_cast<T*>(smem);   // [Br][D]      the Q tile (swizzled, like all tiles)
-  T* Ks[2] = {Qs + Br * D, Qs + Br * D + Bc * D};               // [2][Bc][D]  two K buffers
-  T* Vs[2] = {Qs + Br * D + 2 * Bc * D, Qs + Br * D + 3 * Bc * D};  // [2][Bc][D]  two V buffers
+  T* Qs = reinterpret_cast<T*>(smem);   // [Br][D]        the Q tile (swizzled, like all tiles)
+  T* KVs = Qs + Br * D;                 // [2][K, V][Bc][D] two buffers, each a K and a V tile
+  const auto Ks = [&](int buf) { return KVs + (2 * buf) * Bc * D; };
+  const auto Vs = [&](int buf) { return KVs + (2 * buf + 1) * Bc * D; };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment coordinates (mma.cuh): rows g, g+8; columns 2t, 2t+1
@@ -152,11 +223,13 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
   const auto kv_valid = [&](int64_t j0) { return static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc); };
 
   // The pipeline fills: Q_i is one group, K_0/V_0 the next.
-  copy_tile_async<T, D>(Qs, Qh + i0 * D, Br, q_valid);
+  const TileCopy<T, D, Br> copy_q;
+  const TileCopy<T, D, Bc> copy_kv;
+  copy_q(Qs, Qh + i0 * D, q_valid);
   cp_async_commit();
   if (FA07_PREFETCH) {
-    copy_tile_async<T, D>(Ks[0], Kh, Bc, kv_valid(0));
-    copy_tile_async<T, D>(Vs[0], Vh, Bc, kv_valid(0));
+    copy_kv(Ks(0), Kh, kv_valid(0));
+    copy_kv(Vs(0), Vh, kv_valid(0));
     cp_async_commit();
   }
   cp_async_wait<FA07_PREFETCH>();  // Q_i has landed; K_0/V_0 may still be in flight
@@ -164,23 +237,39 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
 
   // The warp's rows: M_TILES m-tiles of 16, m-tile mt starting at row 16·(M_TILES·warp + mt)
   // of the Q tile. ldmatrix row addresses, lane by lane (lane 8·i + r gives row r of
-  // matrix i), as in stage 06: A from Q, B from K, B from V (transposed).
-  const auto a_row = [&](int mt) { return 16 * (M_TILES * warp + mt) + lane % 8 + 8 * (lane / 8 % 2); };
-  const int a_chunk = lane / 16;
+  // matrix i), as in stage 06: A from Q, B from K, B from V (transposed). Each lane's
+  // offset is swizzled once, here, for its first row and chunk; the identities in
+  // cp_async.cuh give the rest: k-step kk (chunks 2kk, 2kk + 1) is an XOR with 16·kk,
+  // and the rows 8·m further on an addition of 8·m·D, which ldmatrix takes as a constant.
+  // (FA07_LANE_OFFSETS=0, the log's "before": the swizzle computed at every ldmatrix.)
+  const int q_row = 16 * M_TILES * warp + lane % 8 + 8 * (lane / 8 % 2), q_chunk = lane / 16;
   const int k_row = lane % 8 + 8 * (lane / 16), k_chunk = lane / 8 % 2;
   const int v_row = lane % 8 + 8 * (lane / 8 % 2), v_chunk = lane / 16;
+  const int q_lane = at<D>(q_row, q_chunk), k_lane = at<D>(k_row, k_chunk), v_lane = at<D>(v_row, v_chunk);
+  const auto q_at = [&](int mt, int kk) {  // m-tile mt, k-step kk: rows 16·mt on, chunks 2kk, 2kk + 1
+    return FA07_LANE_OFFSETS ? (q_lane ^ (16 * kk)) + 16 * mt * D : at<D>(q_row + 16 * mt, 2 * kk + q_chunk);
+  };
+  const auto k_at = [&](int n, int kk) {  // keys 8n .. 8n + 15, k-step kk
+    return FA07_LANE_OFFSETS ? (k_lane ^ (16 * kk)) + 8 * n * D : at<D>(k_row + 8 * n, 2 * kk + k_chunk);
+  };
+  const auto v_at = [&](int kk, int n) {  // keys 16kk .. 16kk + 15, columns 8n .. 8n + 15
+    return FA07_LANE_OFFSETS ? (v_lane ^ (8 * n)) + 16 * kk * D : at<D>(v_row + 16 * kk, n + v_chunk);
+  };
   // Q's A fragments for every m-tile and k-step (16 columns of d): loaded once and kept
   // in registers where they fit (q_in_registers), else reloaded from shared memory.
   constexpr bool Q_REGS = q_in_registers<D>();
   uint32_t q_frag[M_TILES][Q_REGS ? D / 16 : 1][4];
   if (Q_REGS) {
+#pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt)
-      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[mt][Q_REGS ? kk : 0], Qs + at<D>(a_row(mt), 2 * kk + a_chunk));
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[mt][Q_REGS ? kk : 0], Qs + q_at(mt, kk));
   }
 
   // The running state of this lane's rows (g and g+8 of each m-tile), in base-2 units of
   // the scaled scores: m is max(s·scale·log2 e).
   float m_run[M_TILES][2], l_run[M_TILES][2];  // l: this lane's share, summed over the quad at the end
+#pragma unroll
   for (int mt = 0; mt < M_TILES; ++mt) m_run[mt][0] = m_run[mt][1] = -INFINITY, l_run[mt][0] = l_run[mt][1] = 0.0f;
   float o_acc[M_TILES][D / 8][4] = {};
 
@@ -188,32 +277,36 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     const int64_t j0 = j * Bc;
     const int buf = static_cast<int>(j % 2);
     if (!FA07_PREFETCH) {  // the optimisation log's "before": copy this tile, wait for it
-      copy_tile_async<T, D>(Ks[buf], Kh + j0 * D, Bc, kv_valid(j0));
-      copy_tile_async<T, D>(Vs[buf], Vh + j0 * D, Bc, kv_valid(j0));
+      copy_kv(Ks(buf), Kh + j0 * D, kv_valid(j0));
+      copy_kv(Vs(buf), Vh + j0 * D, kv_valid(j0));
       cp_async_commit();
       cp_async_wait<0>();
     } else if (j + 1 < kv_tiles) {  // start the next tile's copy into the other buffer ...
-      copy_tile_async<T, D>(Ks[1 - buf], Kh + (j0 + Bc) * D, Bc, kv_valid(j0 + Bc));
-      copy_tile_async<T, D>(Vs[1 - buf], Vh + (j0 + Bc) * D, Bc, kv_valid(j0 + Bc));
+      copy_kv(Ks(1 - buf), Kh + (j0 + Bc) * D, kv_valid(j0 + Bc));
+      copy_kv(Vs(1 - buf), Vh + (j0 + Bc) * D, kv_valid(j0 + Bc));
       cp_async_commit();
       cp_async_wait<1>();  // ... and wait only for this tile's (the older group)
     } else {
       cp_async_wait<0>();  // the last tile: nothing else is in flight
     }
     __syncthreads();  // every thread's copies of tile j have landed and are visible
-    const T* Kt = Ks[buf];
-    const T* Vt = Vs[buf];
+    const T* Kt = Ks(buf);
+    const T* Vt = Vs(buf);
 
     // S = Q_i·K_jᵀ for the warp's rows: Bc/8 C fragments of 16×8 per m-tile, fp32,
     // unscaled. Each K fragment from ldmatrix feeds every m-tile of the warp.
     float s[M_TILES][Bc / 8][4] = {};
+#pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       if (!Q_REGS) {
-        for (int mt = 0; mt < M_TILES; ++mt) ldmatrix_x4(q_frag[mt][0], Qs + at<D>(a_row(mt), 2 * kk + a_chunk));
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) ldmatrix_x4(q_frag[mt][0], Qs + q_at(mt, kk));
       }
+#pragma unroll
       for (int n = 0; n < Bc / 8; n += 2) {
         uint32_t b[4];
-        ldmatrix_x4(b, Kt + at<D>(8 * n + k_row, 2 * kk + k_chunk));
+        ldmatrix_x4(b, Kt + k_at(n, kk));
+#pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
           mma_m16n8k16<T>(s[mt][n], q_frag[mt][Q_REGS ? kk : 0], b[0], b[1]);
           mma_m16n8k16<T>(s[mt][n + 1], q_frag[mt][Q_REGS ? kk : 0], b[2], b[3]);
@@ -227,13 +320,17 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     const bool needs_mask = !FA07_TWO_PHASE || j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0);
     if (needs_mask) {
       const int valid = kv_valid(j0);
+#pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
         for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
           const int64_t row = i0 + 16 * (M_TILES * warp + mt) + g + 8 * h;
           // The row's last visible column, relative to the tile (below 0: none visible).
           const int64_t last64 = causal ? row - j0 : Bc;
           const int last = static_cast<int>(last64 < Bc ? last64 : Bc);
+#pragma unroll
           for (int n = 0; n < Bc / 8; ++n) {
+#pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
               const int c = 8 * n + 2 * t + e % 2;
               if (c >= valid || c > last) s[mt][n][e] = -INFINITY;
@@ -244,47 +341,66 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     }
 
     // Online softmax in base 2, with the scale folded into the exponent: P = 2^(s·k − m).
+    // Lazy rescaling (lazy_rescale): m is the row's reference max, and it moves only
+    // when the tile's max passes it by more than RESCALE_SLACK. Until then P may exceed 1
+    // (up to 2^8, which fp16 and bf16 hold with their usual relative precision) but the
+    // result is the same: O and l are both sums of 2^(s·k − m) terms with the same m,
+    // and O / l cancels it. Most tiles after the first few move no row's max, and then
+    // the warp skips O's rescale altogether.
     float alpha[M_TILES][2];
+    bool moved = false;  // did any of this lane's rows move its max?
+#pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-        for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
-        const float m_new = fmaxf(m_run[mt][h], quad_max(mx) * scale_log2);  // scale > 0: max commutes
+        // scale > 0: max commutes with it
+        const float mx = quad_max(row_reduce(s[mt], h, [](float a, float b) { return fmaxf(a, b); })) * scale_log2;
+        const float m_old = m_run[mt][h];
+        const float m_new = lazy_rescale<D>() ? (mx > m_old + RESCALE_SLACK ? mx : m_old) : fmaxf(m_old, mx);
         // A row with no visible key yet has m_new = −inf, and −inf − (−inf) is NaN. Subtracting
-        // 0 instead gives 2^−inf = 0 for every masked score and for alpha, with one test per
-        // row rather than one per score. (alpha = 0 then scales an l and O that are still 0.)
+        // 0 instead gives 2^−inf = 0 for every masked score, with one test per row rather
+        // than one per score.
         const float m_sub = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[mt][h] = fast_exp2(m_run[mt][h] - m_sub);  // 0 on the first tile
-        float sum = 0.0f;
+        alpha[mt][h] = m_new == m_old ? 1.0f : fast_exp2(m_old - m_sub);  // 0 on the first tile
+        moved |= m_new != m_old;
+#pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_sub));
-            sum += s[mt][n][e];
-          }
+          s[mt][n][2 * h] = fast_exp2(fmaf(s[mt][n][2 * h], scale_log2, -m_sub));
+          s[mt][n][2 * h + 1] = fast_exp2(fmaf(s[mt][n][2 * h + 1], scale_log2, -m_sub));
         }
+        const float sum = row_reduce(s[mt], h, [](float a, float b) { return a + b; });
         l_run[mt][h] = alpha[mt][h] * l_run[mt][h] + sum;
         m_run[mt][h] = m_new;
       }
     }
 
     // O = alpha·O + P·V_j, P straight from the score registers (as in stage 06); each V
-    // fragment feeds every m-tile.
-    for (int mt = 0; mt < M_TILES; ++mt) {
-      for (int n = 0; n < D / 8; ++n) {
-        o_acc[mt][n][0] *= alpha[mt][0], o_acc[mt][n][1] *= alpha[mt][0];
-        o_acc[mt][n][2] *= alpha[mt][1], o_acc[mt][n][3] *= alpha[mt][1];
+    // fragment feeds every m-tile. The rescale is skipped when no row of the warp moved
+    // its max (a warp-wide vote, so the whole warp takes the same branch).
+    if (!lazy_rescale<D>() || __any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          o_acc[mt][n][0] *= alpha[mt][0], o_acc[mt][n][1] *= alpha[mt][0];
+          o_acc[mt][n][2] *= alpha[mt][1], o_acc[mt][n][3] *= alpha[mt][1];
+        }
       }
     }
+#pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t a[M_TILES][4];
+#pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
         const float(*p)[4] = s[mt];
         a[mt][0] = pack2<T>(p[2 * kk][0], p[2 * kk][1]), a[mt][1] = pack2<T>(p[2 * kk][2], p[2 * kk][3]);
         a[mt][2] = pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]), a[mt][3] = pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
       }
+#pragma unroll
       for (int n = 0; n < D / 8; n += 2) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, Vt + at<D>(16 * kk + v_row, n + v_chunk));
+        ldmatrix_x4_trans(b, Vt + v_at(kk, n));
+#pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
           mma_m16n8k16<T>(o_acc[mt][n], a[mt], b[0], b[1]);
           mma_m16n8k16<T>(o_acc[mt][n + 1], a[mt], b[2], b[3]);
@@ -295,13 +411,16 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
   }
 
   // Divide by l once, and write O (rounded to T) and the log-sum-exp.
+#pragma unroll
   for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = 16 * (M_TILES * warp + mt) + g + 8 * h;
-      const float l = quad_sum(l_run[mt][h]);  // l >= 1: the max's own term is 2^0
+      const float l = quad_sum(l_run[mt][h]);  // l >= 1: the max's own term is at least 2^0
       if (r >= q_valid) continue;
       const float inv = 1.0f / l;
       T* o_row = Oh + (i0 + r) * D;
+#pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         *reinterpret_cast<uint32_t*>(o_row + 8 * n + 2 * t) =
             pack2<T>(o_acc[mt][n][2 * h] * inv, o_acc[mt][n][2 * h + 1] * inv);
@@ -329,9 +448,15 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
 
 }  // namespace
 
+int key_tile_rows(int64_t d) {
+  int bc = 0;
+  with_head_dim(d, [&](auto D) { bc = key_tile<decltype(D)::value>(); });
+  return bc;
+}
+
 std::size_t shared_bytes(int64_t d) {
   // A Q tile and two K and two V tiles of 16-bit elements, unpadded.
-  return static_cast<std::size_t>((Br + 4 * Bc) * d) * 2;
+  return static_cast<std::size_t>((Br + 4 * key_tile_rows(d)) * d) * 2;
 }
 
 double hbm_bytes_model(const AttentionProblem& p) {
