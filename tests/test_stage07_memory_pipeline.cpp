@@ -62,8 +62,8 @@ TEST_CASE("a missing cp.async wait gives wrong results on the CPU backend", "[st
   };
   for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
     for (bool causal : {false, true}) {
-      // Every Q tile but the first spans several K/V tiles (Bc = 128 at d = 64), causal
-      // or not: only the last tile of each is waited for.
+      // Every Q tile spans several K/V tiles (Bc = 128 at d = 64), and under the causal
+      // mask every one but the first: only the last tile of each is waited for.
       const fa::AttentionProblem p = fa::make_problem(1, 2, 300, 400, 64, 0.0, causal, dtype);
       const fa::test::StageResult bad = fa::test::run_and_check(p, planted, 3, 1.0f, true);
       INFO(fa::describe(p) << "\n" << fa::describe(bad.check.o, fa::output_namer(p, bad.check.rows)));
