@@ -60,6 +60,12 @@ AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64
   return p;
 }
 
+unsigned q_tile_grid(const AttentionProblem& p, int64_t br, const std::string& stage) {
+  const int64_t blocks = p.batch_heads() * ((p.seq_q + br - 1) / br);
+  if (blocks > 2147483647) throw InputError(stage + ": too many query tiles for one grid");
+  return static_cast<unsigned>(blocks);
+}
+
 double q_outer_hbm_bytes(const AttentionProblem& p, int64_t br) {
   const double elem = static_cast<double>(dtype_bytes(p.dtype));
   const double q_tiles = static_cast<double>((p.seq_q + br - 1) / br);

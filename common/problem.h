@@ -71,6 +71,13 @@ AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64
  */
 double q_outer_hbm_bytes(const AttentionProblem& p, int64_t br);
 
+/**
+ * Blocks in FlashAttention-2's grid, one per (Q tile of `br` rows, batch·head), flattened
+ * into blockIdx.x as stages 05, 06 and 07 launch it.
+ * \throws InputError naming `stage` if they exceed a grid's 2^31 − 1 blocks.
+ */
+unsigned q_tile_grid(const AttentionProblem& p, int64_t br, const std::string& stage);
+
 /// One line such as "B=4 H=32 Nq=4096 Nkv=4096 d=64 scale=0.125 causal=no dtype=fp32".
 std::string describe(const AttentionProblem& p);
 

@@ -197,9 +197,8 @@ void launch(const AttentionProblem& p, const float* Q, const float* K, const flo
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
   FA_CUDA_CHECK(cudaFuncSetAttribute(flash2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const int64_t blocks = p.batch_heads() * ((p.seq_q + Br - 1) / Br);
-  if (blocks > 2147483647) throw InputError("stage 05: too many query tiles for one grid");
-  flash2_kernel<D><<<static_cast<unsigned>(blocks), THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv,
+  const unsigned blocks = q_tile_grid(p, Br, "stage 05");
+  flash2_kernel<D><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv,
                                                                       p.scale, p.causal);
   FA_CHECK_LAUNCH("flash2_kernel");
 }

@@ -230,10 +230,9 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
   FA_CUDA_CHECK(cudaFuncSetAttribute(tensor_core_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const int64_t blocks = p.batch_heads() * ((p.seq_q + Br - 1) / Br);
-  if (blocks > 2147483647) throw InputError("stage 06: too many query tiles for one grid");
+  const unsigned blocks = q_tile_grid(p, Br, "stage 06");
   constexpr float LOG2E = 1.4426950408889634f;
-  tensor_core_kernel<T, D><<<static_cast<unsigned>(blocks), THREADS, smem>>>(
+  tensor_core_kernel<T, D><<<blocks, THREADS, smem>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       p.seq_q, p.seq_kv, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("tensor_core_kernel");

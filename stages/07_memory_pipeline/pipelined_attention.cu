@@ -437,10 +437,9 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   const std::size_t smem = shared_bytes(D);
   FA_CUDA_CHECK(cudaFuncSetAttribute(pipelined_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const int64_t blocks = p.batch_heads() * ((p.seq_q + Br - 1) / Br);
-  if (blocks > 2147483647) throw InputError("stage 07: too many query tiles for one grid");
+  const unsigned blocks = q_tile_grid(p, Br, "stage 07");
   constexpr float LOG2E = 1.4426950408889634f;
-  pipelined_kernel<T, D><<<static_cast<unsigned>(blocks), THREADS, smem>>>(
+  pipelined_kernel<T, D><<<blocks, THREADS, smem>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       p.seq_q, p.seq_kv, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("pipelined_kernel");
@@ -449,9 +448,7 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
 }  // namespace
 
 int key_tile_rows(int64_t d) {
-  int bc = 0;
-  with_head_dim(d, [&](auto D) { bc = key_tile<decltype(D)::value>(); });
-  return bc;
+  return with_head_dim(d, [](auto D) { return key_tile<decltype(D)::value>(); });
 }
 
 std::size_t shared_bytes(int64_t d) {
