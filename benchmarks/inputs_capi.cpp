@@ -5,6 +5,7 @@
 #include <exception>
 #include <vector>
 
+#include "common/decode_problem.h"
 #include "common/problem.h"
 #include "common/random.h"
 #include "common/reference.h"
@@ -36,6 +37,24 @@ int64_t fa_inputs_sample_rows(int64_t batch, int64_t heads, int64_t seq_q, int64
     const std::vector<int64_t> picked = fa::sample_rows(p, count);
     std::copy(picked.begin(), picked.end(), rows);
     return static_cast<int64_t>(picked.size());
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+/// Fills q ([B, Hq, Nq, d]) and the caches k, v ([B, Hkv, Nkv, d], every sequence Nkv long)
+/// with fa::random_decode_inputs(seed, magnitude): the inputs stage 09's demo draws for
+/// the same flags. \returns 0, or -1 for a shape make_decode_problem() rejects.
+int fa_decode_inputs_fill(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq_q, int64_t seq_kv,
+                          int64_t dim, uint64_t seed, float magnitude, float* q, float* k, float* v) {
+  try {
+    const fa::DecodeProblem p =
+        fa::make_decode_problem(batch, q_heads, kv_heads, seq_q, seq_kv, {}, dim, 0.0, false, fa::DType::F32);
+    const fa::AttentionInputs in = fa::random_decode_inputs(p, seed, magnitude);
+    std::copy(in.q.begin(), in.q.end(), q);
+    std::copy(in.k.begin(), in.k.end(), k);
+    std::copy(in.v.begin(), in.v.end(), v);
+    return 0;
   } catch (const std::exception&) {
     return -1;
   }

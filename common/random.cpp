@@ -1,5 +1,7 @@
 #include "common/random.h"
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace fa {
@@ -23,6 +25,22 @@ AttentionInputs random_inputs(const AttentionProblem& p, uint64_t seed, float ma
                      random_uniform(p.kv_elems(), seed * 3 + 1 + mix, magnitude),
                      random_uniform(p.kv_elems(), seed * 3 + 2 + mix, magnitude)};
   round_inputs(in, p.dtype);
+  return in;
+}
+
+AttentionInputs random_decode_inputs(const DecodeProblem& p, uint64_t seed, float magnitude) {
+  const uint64_t mix = 0x9E3779B97F4A7C15ull;  // the streams random_inputs() uses
+  AttentionInputs in{random_uniform(p.q_elems(), seed * 3 + 0 + mix, magnitude),
+                     random_uniform(p.cache_elems(), seed * 3 + 1 + mix, magnitude),
+                     random_uniform(p.cache_elems(), seed * 3 + 2 + mix, magnitude)};
+  round_inputs(in, p.dtype);
+  for (int64_t bh = 0; bh < p.batch * p.kv_heads; ++bh) {
+    const int64_t len = p.kv_lens[static_cast<size_t>(bh / p.kv_heads)];
+    const auto first = static_cast<std::ptrdiff_t>((bh * p.max_seq_kv + len) * p.dim);
+    const auto last = static_cast<std::ptrdiff_t>((bh + 1) * p.max_seq_kv * p.dim);
+    std::fill(in.k.begin() + first, in.k.begin() + last, NAN);
+    std::fill(in.v.begin() + first, in.v.begin() + last, NAN);
+  }
   return in;
 }
 

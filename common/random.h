@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/decode_problem.h"
 #include "common/problem.h"
 
 namespace fa {
@@ -29,6 +30,13 @@ struct AttentionInputs {
  * the host copies hold exactly what the kernel reads.
  */
 AttentionInputs random_inputs(const AttentionProblem& p, uint64_t seed, float magnitude = 1.0f);
+
+/**
+ * Random Q ([B, Hq, Nq, d]) and cache K, V ([B, Hkv, Nmax, d]) for a decoding problem, drawn
+ * as random_inputs() draws them and rounded to p.dtype. The cache rows past each
+ * sequence's length hold NaN: a kernel that reads them produces NaN and fails its check.
+ */
+AttentionInputs random_decode_inputs(const DecodeProblem& p, uint64_t seed, float magnitude = 1.0f);
 
 /// Rounds every value of Q, K and V to the nearest value of type `t` (fp32: unchanged).
 void round_inputs(AttentionInputs& in, DType t);

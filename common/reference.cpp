@@ -35,55 +35,83 @@ std::vector<int64_t> sample_indices(int64_t total, int64_t count) {
 
 namespace {
 
-// One algorithm for every precision: scores, max, exp-sum, weighted sum of V, exactly
-// the three steps of stage 01, one row at a time. With `lowp` F16 or BF16 (Real =
-// float), the probabilities are rounded to that type before P·V and the output after,
-// as a plain fp16/bf16 matmul-softmax-matmul with fp32 accumulation does.
+// One query row against its first `visible` keys, in every precision: scores, max,
+// exp-sum, weighted sum of V, exactly the three steps of stage 01. With `lowp` F16 or BF16
+// (Real = float), the probabilities are rounded to that type before P·V and the output
+// after, as a plain fp16/bf16 matmul-softmax-matmul with fp32 accumulation does.
+// `s` is scratch of at least `visible` values; `o` receives d values.
 template <typename Real>
-AttentionRows<Real> attention_rows(const AttentionProblem& p, const float* q, const float* k,
-                                   const float* v, const std::vector<int64_t>& rows,
-                                   DType lowp = DType::F32) {
-  const int64_t d = p.dim;
-  const Real scale = static_cast<Real>(p.scale);
+void attend_row(const float* qi, const float* kh, const float* vh, int64_t visible, int64_t d, Real scale,
+                DType lowp, std::vector<Real>& s, Real* o, Real* m_out, Real* lse_out) {
+  Real m = -std::numeric_limits<Real>::infinity();
+  for (int64_t j = 0; j < visible; ++j) {
+    Real dot = 0;
+    for (int64_t c = 0; c < d; ++c) dot += static_cast<Real>(qi[c]) * static_cast<Real>(kh[j * d + c]);
+    s[static_cast<size_t>(j)] = scale * dot;
+    m = std::max(m, s[static_cast<size_t>(j)]);
+  }
+  Real l = 0;
+  for (int64_t j = 0; j < visible; ++j) {
+    s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
+    l += s[static_cast<size_t>(j)];
+  }
+  for (int64_t j = 0; j < visible; ++j) {
+    Real pj = s[static_cast<size_t>(j)] / l;
+    if (lowp != DType::F32) pj = static_cast<Real>(round_to(lowp, static_cast<float>(pj)));
+    for (int64_t c = 0; c < d; ++c) o[c] += pj * static_cast<Real>(vh[j * d + c]);
+  }
+  if (lowp != DType::F32) {
+    for (int64_t c = 0; c < d; ++c) o[c] = static_cast<Real>(round_to(lowp, static_cast<float>(o[c])));
+  }
+  *m_out = m;
+  *lse_out = m + std::log(l);
+}
+
+// The rows of a result, allocated: O zero, m and lse −inf.
+template <typename Real>
+AttentionRows<Real> empty_rows(const std::vector<int64_t>& rows, int64_t d) {
   const Real neg_inf = -std::numeric_limits<Real>::infinity();
   AttentionRows<Real> out;
   out.rows = rows;
   out.o.assign(rows.size() * static_cast<size_t>(d), Real(0));
   out.m.assign(rows.size(), neg_inf);
   out.lse.assign(rows.size(), neg_inf);
+  return out;
+}
+
+template <typename Real>
+AttentionRows<Real> attention_rows(const AttentionProblem& p, const float* q, const float* k,
+                                   const float* v, const std::vector<int64_t>& rows,
+                                   DType lowp = DType::F32) {
+  const int64_t d = p.dim;
+  AttentionRows<Real> out = empty_rows<Real>(rows, d);
   std::vector<Real> s(static_cast<size_t>(p.seq_kv));
   for (size_t n = 0; n < rows.size(); ++n) {
     const int64_t r = rows[n];
     const int64_t bh = r / p.seq_q;  // which (batch, head)
     const int64_t i = r % p.seq_q;   // query position within the head
-    const float* qi = q + r * d;
-    const float* kh = k + bh * p.seq_kv * d;
-    const float* vh = v + bh * p.seq_kv * d;
     // The causal mask (top-left) hides keys j > i; key 0 is always visible.
     const int64_t visible = p.causal ? std::min(p.seq_kv, i + 1) : p.seq_kv;
-    Real m = neg_inf;
-    for (int64_t j = 0; j < visible; ++j) {
-      Real dot = 0;
-      for (int64_t c = 0; c < d; ++c) dot += static_cast<Real>(qi[c]) * static_cast<Real>(kh[j * d + c]);
-      s[static_cast<size_t>(j)] = scale * dot;
-      m = std::max(m, s[static_cast<size_t>(j)]);
-    }
-    Real l = 0;
-    for (int64_t j = 0; j < visible; ++j) {
-      s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
-      l += s[static_cast<size_t>(j)];
-    }
-    Real* o = out.o.data() + n * static_cast<size_t>(d);
-    for (int64_t j = 0; j < visible; ++j) {
-      Real pj = s[static_cast<size_t>(j)] / l;
-      if (lowp != DType::F32) pj = static_cast<Real>(round_to(lowp, static_cast<float>(pj)));
-      for (int64_t c = 0; c < d; ++c) o[c] += pj * static_cast<Real>(vh[j * d + c]);
-    }
-    if (lowp != DType::F32) {
-      for (int64_t c = 0; c < d; ++c) o[c] = static_cast<Real>(round_to(lowp, static_cast<float>(o[c])));
-    }
-    out.m[n] = m;
-    out.lse[n] = m + std::log(l);
+    attend_row<Real>(q + r * d, k + bh * p.seq_kv * d, v + bh * p.seq_kv * d, visible, d,
+                     static_cast<Real>(p.scale), lowp, s, out.o.data() + n * static_cast<size_t>(d), &out.m[n],
+                     &out.lse[n]);
+  }
+  return out;
+}
+
+template <typename Real>
+AttentionRows<Real> decode_rows(const DecodeProblem& p, const float* q, const float* k, const float* v,
+                                const std::vector<int64_t>& rows, DType lowp = DType::F32) {
+  const int64_t d = p.dim;
+  AttentionRows<Real> out = empty_rows<Real>(rows, d);
+  std::vector<Real> s(static_cast<size_t>(p.max_seq_kv));
+  for (size_t n = 0; n < rows.size(); ++n) {
+    const int64_t r = rows[n];
+    const int64_t bh = r / p.seq_q, i = r % p.seq_q;  // (sequence, query head), new query
+    const int64_t b = bh / p.q_heads, hkv = (bh % p.q_heads) / p.group();
+    const int64_t cache = (b * p.kv_heads + hkv) * p.max_seq_kv * d;  // that KV head's first row
+    attend_row<Real>(q + r * d, k + cache, v + cache, p.visible_keys(b, i), d, static_cast<Real>(p.scale), lowp, s,
+                     out.o.data() + n * static_cast<size_t>(d), &out.m[n], &out.lse[n]);
   }
   return out;
 }
@@ -105,6 +133,16 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
 AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
                                         const float* v, const std::vector<int64_t>& rows) {
   return attention_rows<float>(p, q, k, v, rows, p.dtype);
+}
+
+AttentionRows<double> reference_decode(const DecodeProblem& p, const float* q, const float* k, const float* v,
+                                       const std::vector<int64_t>& rows) {
+  return decode_rows<double>(p, q, k, v, rows);
+}
+
+AttentionRows<float> baseline_decode(const DecodeProblem& p, const float* q, const float* k, const float* v,
+                                     const std::vector<int64_t>& rows) {
+  return decode_rows<float>(p, q, k, v, rows, p.dtype);
 }
 
 namespace {

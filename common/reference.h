@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/decode_problem.h"
 #include "common/problem.h"
 
 namespace fa {
@@ -60,6 +61,19 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
  */
 AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
                                         const float* v, const std::vector<int64_t>& rows);
+
+/**
+ * Decoding (decode_problem.h) for the given rows in float64: GQA, each sequence's own
+ * cache length, the bottom-right causal mask. Rows are flat over [B, Hq, Nq]; q is
+ * [B, Hq, Nq, d], k and v the whole cache [B, Hkv, Nmax, d] (rows past a sequence's
+ * length are never read).
+ */
+AttentionRows<double> reference_decode(const DecodeProblem& p, const float* q, const float* k, const float* v,
+                                       const std::vector<int64_t>& rows);
+
+/// The same in float32, with P and O rounded to p.dtype: the same-precision baseline.
+AttentionRows<float> baseline_decode(const DecodeProblem& p, const float* q, const float* k, const float* v,
+                                     const std::vector<int64_t>& rows);
 
 /**
  * Row softmax in float64: for each of `rows` rows of `cols` values, m = max(x),

@@ -1,22 +1,25 @@
 #include "common/verify.h"
 
+#include <algorithm>
+
 #include "common/reference.h"
 
 namespace fa {
 
-AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs& in,
-                               const std::vector<float>& o, const std::vector<int64_t>& rows,
-                               const std::vector<float>* lse) {
-  const AttentionRows<double> ref = reference_attention(p, in.q.data(), in.k.data(), in.v.data(), rows);
-  const AttentionRows<float> base = baseline_attention(p, in.q.data(), in.k.data(), in.v.data(), rows);
-  const size_t d = static_cast<size_t>(p.dim);
-  std::vector<float> got(rows.size() * d);
+namespace {
+
+// O and (optionally) lse on `rows` against a reference and a same-precision baseline.
+AttentionCheck check_rows(DType dtype, int64_t d, const AttentionRows<double>& ref, const AttentionRows<float>& base,
+                          const std::vector<float>& o, const std::vector<int64_t>& rows,
+                          const std::vector<float>* lse) {
+  std::vector<float> got(rows.size() * static_cast<size_t>(d));
   for (size_t n = 0; n < rows.size(); ++n) {
-    std::copy_n(o.begin() + static_cast<std::ptrdiff_t>(rows[n]) * p.dim, d, got.begin() + n * d);
+    std::copy_n(o.begin() + static_cast<std::ptrdiff_t>(rows[n]) * d, d,
+                got.begin() + static_cast<std::ptrdiff_t>(n) * d);
   }
   AttentionCheck check;
   check.rows = rows;
-  check.o = compare_with_baseline(p.dtype, got.data(), ref.o.data(), base.o.data(), static_cast<int64_t>(got.size()));
+  check.o = compare_with_baseline(dtype, got.data(), ref.o.data(), base.o.data(), static_cast<int64_t>(got.size()));
   if (lse) {
     std::vector<float> got_lse(rows.size());
     for (size_t n = 0; n < rows.size(); ++n) got_lse[n] = (*lse)[static_cast<size_t>(rows[n])];
@@ -26,6 +29,21 @@ AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs&
                              static_cast<int64_t>(rows.size()));
   }
   return check;
+}
+
+}  // namespace
+
+AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs& in,
+                               const std::vector<float>& o, const std::vector<int64_t>& rows,
+                               const std::vector<float>* lse) {
+  return check_rows(p.dtype, p.dim, reference_attention(p, in.q.data(), in.k.data(), in.v.data(), rows),
+                    baseline_attention(p, in.q.data(), in.k.data(), in.v.data(), rows), o, rows, lse);
+}
+
+AttentionCheck check_decode(const DecodeProblem& p, const AttentionInputs& in, const std::vector<float>& o,
+                            const std::vector<int64_t>& rows, const std::vector<float>* lse) {
+  return check_rows(p.dtype, p.dim, reference_decode(p, in.q.data(), in.k.data(), in.v.data(), rows),
+                    baseline_decode(p, in.q.data(), in.k.data(), in.v.data(), rows), o, rows, lse);
 }
 
 SoftmaxCheck check_softmax(const float* x, int64_t rows, int64_t cols, const float* p,
@@ -53,7 +71,24 @@ std::string row_coords(const AttentionProblem& p, int64_t r) {
          ",i=" + std::to_string(r % p.seq_q);
 }
 
+std::string decode_coords(const DecodeProblem& p, int64_t r) {
+  const int64_t bh = r / p.seq_q;
+  return "b=" + std::to_string(bh / p.q_heads) + ",hq=" + std::to_string(bh % p.q_heads) +
+         ",i=" + std::to_string(r % p.seq_q);
+}
+
 }  // namespace
+
+IndexNamer decode_output_namer(const DecodeProblem& p, const std::vector<int64_t>& rows) {
+  return [p, rows](int64_t k) {
+    return "O[" + decode_coords(p, rows[static_cast<size_t>(k / p.dim)]) + ",c=" + std::to_string(k % p.dim) + "]";
+  };
+}
+
+IndexNamer decode_row_namer(const DecodeProblem& p, const std::vector<int64_t>& rows, const char* what) {
+  const std::string name = what;
+  return [p, rows, name](int64_t k) { return name + "[" + decode_coords(p, rows[static_cast<size_t>(k)]) + "]"; };
+}
 
 IndexNamer output_namer(const AttentionProblem& p, const std::vector<int64_t>& rows) {
   return [p, rows](int64_t k) {

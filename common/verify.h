@@ -32,6 +32,13 @@ AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs&
                                const std::vector<float>& o, const std::vector<int64_t>& rows,
                                const std::vector<float>* lse = nullptr);
 
+/**
+ * The same for a decoding problem: `o` is the full [B, Hq, Nq, d] output, `rows` flat
+ * over [B, Hq, Nq], `lse` (if given) one value per row.
+ */
+AttentionCheck check_decode(const DecodeProblem& p, const AttentionInputs& in, const std::vector<float>& o,
+                            const std::vector<int64_t>& rows, const std::vector<float>* lse = nullptr);
+
 /// What a check of row-softmax output found.
 struct SoftmaxCheck {
   Comparison p;            ///< the probabilities
@@ -54,5 +61,11 @@ IndexNamer output_namer(const AttentionProblem& p, const std::vector<int64_t>& r
 /// Names element k of a per-row statistic as "lse[b=..,h=..,i=..]".
 IndexNamer row_namer(const AttentionProblem& p, const std::vector<int64_t>& rows,
                      const char* what);
+
+/// Names element k of a decoding check's gathered rows as "O[b=..,hq=..,i=..,c=..]".
+IndexNamer decode_output_namer(const DecodeProblem& p, const std::vector<int64_t>& rows);
+
+/// Names element k of a decoding check's per-row statistic as "lse[b=..,hq=..,i=..]".
+IndexNamer decode_row_namer(const DecodeProblem& p, const std::vector<int64_t>& rows, const char* what);
 
 }  // namespace fa

@@ -1,4 +1,5 @@
 // The reference itself, against values checked by hand, and its fp32 baseline.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -89,4 +90,39 @@ TEST_CASE("the fp32 baseline is close to, but not the same as, float64", "[refer
   for (size_t i = 0; i < ref.o.size(); ++i) max_err = std::max(max_err, std::fabs(ref.o[i] - base.o[i]));
   REQUIRE(max_err > 0.0);
   REQUIRE(max_err < 1e-5);
+}
+
+// The decoding reference is the attention reference re-indexed: a query head reads KV head
+// hq / G, sequence b's first L_b cache rows, under a mask aligned bottom-right.
+TEST_CASE("the decoding reference is attention over each sequence's own cache", "[reference][decode]") {
+  const int64_t d = 16, hq = 4, hkv = 2, nq = 3, cap = 20;
+  const fa::DecodeProblem p = fa::make_decode_problem(2, hq, hkv, nq, cap, {20, 7}, d, 0.0, true, fa::DType::F32);
+  const fa::AttentionInputs in = fa::random_decode_inputs(p, 5);
+  const std::vector<int64_t> rows = fa::sample_indices(p.rows(), p.rows());
+  const auto got = fa::reference_decode(p, in.q.data(), in.k.data(), in.v.data(), rows);
+  for (int64_t b = 0; b < 2; ++b) {
+    const int64_t len = p.kv_lens[static_cast<size_t>(b)];
+    // Spare rows are NaN: the reference never reads them.
+    if (len < cap) REQUIRE(std::isnan(in.k[static_cast<size_t>(((b * hkv + 1) * cap + len) * d)]));
+    for (int64_t h = 0; h < hq; ++h) {
+      // One head as an ordinary problem: Nq = L_b queries, of which the last nq are ours,
+      // top-left causal over them is bottom-right causal over our nq.
+      const fa::AttentionProblem one = fa::make_problem(1, 1, len, len, d, 0.0, true);
+      std::vector<float> q(static_cast<size_t>(len * d), 0.0f), k(static_cast<size_t>(len * d)), v(k.size());
+      const int64_t cache = (b * hkv + h / (hq / hkv)) * cap * d;
+      std::copy_n(in.k.begin() + cache, len * d, k.begin());
+      std::copy_n(in.v.begin() + cache, len * d, v.begin());
+      const int64_t first = (b * hq + h) * nq;  // our first row, flat over [B, Hq, Nq]
+      std::copy_n(in.q.begin() + first * d, nq * d, q.begin() + (len - nq) * d);
+      std::vector<int64_t> last;
+      for (int64_t i = len - nq; i < len; ++i) last.push_back(i);
+      const auto want = fa::reference_attention(one, q.data(), k.data(), v.data(), last);
+      for (int64_t i = 0; i < nq; ++i) {
+        REQUIRE(got.lse[static_cast<size_t>(first + i)] == want.lse[static_cast<size_t>(i)]);
+        for (int64_t c = 0; c < d; ++c) {
+          REQUIRE(got.o[static_cast<size_t>((first + i) * d + c)] == want.o[static_cast<size_t>(i * d + c)]);
+        }
+      }
+    }
+  }
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Stage 09's tuning log, measured: builds the stage's demo once per variant (set with -D
+# flags, see split_kv_decoding.h), times every variant at the bar shapes (fp16, d = 128,
+# one new query), with the split count swept by hand for the final build, and reads the
+# counters that explain the grouped-query case with Nsight Compute, if it is installed.
+# Usage: bash benchmarks/tune_stage09.sh [out-dir]   (needs nvcc, CMake, Ninja, a GPU)
+set -uo pipefail
+out=${1:-/tmp/tune09}
+mkdir -p "$out"
+# name : compile flags
+variants=(
+  "final:"
+  "unroll2:-DFA09_UNROLL=2"
+  "unroll8:-DFA09_UNROLL=8"
+  "blocks2:-DFA09_BLOCKS_PER_SM=2"
+  "blocks8:-DFA09_BLOCKS_PER_SM=8"
+)
+for v in "${variants[@]}"; do
+  name=${v%%:*} flags=${v#*:}
+  (cmake -S . -B "$out/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_TESTS=OFF -DFA_BUILD_DOCS=OFF \
+     -DCMAKE_CUDA_FLAGS="$flags -Xptxas -v" > "$out/$name.configure.log" 2>&1 &&
+   cmake --build "$out/$name" --target stage09_split_kv_decoding -j 4 > "$out/$name.build.log" 2>&1 ||
+   echo "$name: build failed (see $out/$name.build.log)") &
+done
+wait
+shapes=("--batch 1 --heads 32 --seq-kv 32768" "--batch 1 --heads 32 --seq-kv 131072"
+        "--batch 16 --heads 32 --kv-heads 8 --seq-kv 32768")
+run() {  # name binary [extra flags]
+  for s in "${shapes[@]}"; do
+    # shellcheck disable=SC2086
+    r=$("$2" $s --dim 128 ${3:-} --brief --repeats 50 --warmup 5 --check-rows 64 | sed -E 's/ +\[B=.*//')
+    printf "%-14s %-52s %s\n" "$1" "$s" "$r"
+  done
+}
+printf "%-14s %-52s %s\n" variant shape "result (fp16, d = 128, median of 50)"
+for v in "${variants[@]}"; do
+  name=${v%%:*}
+  bin="$out/$name/bin/stage09_split_kv_decoding"
+  [ -x "$bin" ] || continue
+  for rows in 1 4; do
+    line=$(grep -A2 "split_kernelI6__halfLi128ELi${rows}E" "$out/$name.build.log" | tr '\n' ' ')
+    echo "$name: $rows row(s) a block: $(echo "$line" | grep -o 'Used [0-9]* registers') $(echo "$line" | grep -o '[0-9]* bytes spill stores')"
+  done
+  run "$name" "$bin"
+done
+for splits in 1 4 8 16 32 64; do
+  run "splits=$splits" "$out/final/bin/stage09_split_kv_decoding" "--splits $splits"
+done
+if command -v ncu > /dev/null; then
+  # Where the time goes: issue slots, pipes, occupancy, stall reasons, DRAM throughput.
+  m=smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
+  m=$m,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active
+  m=$m,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  for r in long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected selected lg_throttle barrier; do
+    m=$m,smsp__warp_issue_stalled_${r}_per_warp_active.pct
+  done
+  m=$m,smsp__inst_executed.sum,dram__bytes_read.sum,gpu__time_duration.sum
+  for s in "--batch 1 --heads 32 --seq-kv 32768" "--batch 16 --heads 32 --kv-heads 8 --seq-kv 32768"; do
+    echo "== ncu split_kernel, $s --dim 128"
+    # shellcheck disable=SC2086
+    ncu --metrics "$m" --launch-count 1 -k regex:split_kernel "$out/final/bin/stage09_split_kv_decoding" $s --dim 128 \
+      --repeats 1 --warmup 0 --no-check 2>&1 | grep -E "sm__|smsp__|dram__|gpu__" | sed 's/^ *//'
+  done
+fi

@@ -1,0 +1,255 @@
+/**
+ * \file stages/09_split_kv_decoding/demo.cpp
+ * \brief Stage 09's demo: one decode step (a few new queries per sequence against its KV
+ *        cache), checked against the float64 reference and timed in TB/s of cache read.
+ *
+ * \code
+ * stage09_split_kv_decoding                                   # B=1 Hq=Hkv=32 L=32768 d=128 fp16
+ * stage09_split_kv_decoding --batch 16 --kv-heads 8           # grouped-query attention, G = 4
+ * stage09_split_kv_decoding --batch 3 --kv-lens 1,900,4096 --seq-kv 4096   # a ragged batch
+ * stage09_split_kv_decoding --seq-q 4 --causal                # 4 new queries, bottom-right mask
+ * stage09_split_kv_decoding --compare                         # beside stage 07 (or 05 in fp32)
+ * stage09_split_kv_decoding --splits 1                        # one block per KV head: no split
+ * \endcode
+ */
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/cuda_check.h"
+#include "common/demo.h"
+#include "common/device.h"
+#include "common/device_buffer.h"
+#include "common/errors.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "common/report.h"
+#include "common/timer.h"
+#include "common/verify.h"
+#include "stages/05_flash2/flash2_attention.h"
+#include "stages/07_memory_pipeline/pipelined_attention.h"
+#include "stages/09_split_kv_decoding/split_kv_decoding.h"
+
+namespace {
+
+struct Options {
+  int64_t batch = 1, heads = 32, kv_heads = 0, seq_q = 1, seq_kv = 32768, dim = 128;
+  std::vector<int64_t> kv_lens;  // empty: every sequence is --seq-kv long
+  int64_t splits = 0;            // 0: chosen from the shape and the GPU
+  double scale = 0.0, magnitude = 1.0;
+  bool causal = false, check = true, json = false, brief = false, compare = false, dry_run = false;
+  bool bandwidth = false;
+  std::string dtype = "fp16";
+  uint64_t seed = 2024;
+  int64_t warmup = 3, repeats = 20, check_rows = 1024;
+};
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+// The same inputs as an ordinary attention problem, where one exists: every query head its
+// own KV head, every sequence as long as the cache, and no mask (or one new query, which
+// sees every key under both alignments).
+bool as_attention_problem(const fa::DecodeProblem& p, fa::AttentionProblem* out, std::string* why) {
+  if (p.kv_heads != p.q_heads) {
+    *why = "grouped-query attention (Hkv < Hq) has no equivalent in the earlier stages";
+  } else if (p.longest() != p.max_seq_kv || p.total_kv() != p.batch * p.max_seq_kv) {
+    *why = "the earlier stages have one length for every sequence";
+  } else if (p.causal && p.seq_q > 1) {
+    *why = "the earlier stages align the causal mask top-left";
+  } else {
+    *out = fa::make_problem(p.batch, p.q_heads, p.seq_q, p.max_seq_kv, p.dim, p.scale, false, p.dtype);
+    return true;
+  }
+  return false;
+}
+
+// Device-to-device copy of `bytes`: what this GPU's memory moves in a plain copy, counted
+// as read + written bytes over the time (median of `repeats`).
+double copy_tbps(std::size_t bytes, int repeats) {
+  fa::DeviceBuffer<unsigned char> a(bytes), b(bytes);
+  a.fill_bytes(0);
+  const fa::Timing t = fa::time_device(
+      [&] { FA_CUDA_CHECK(cudaMemcpy(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice)); }, 2, repeats);
+  return 2.0 * static_cast<double>(bytes) / (t.median_ms() * 1e-3) / 1e12;
+}
+
+int run(int argc, char** argv) {
+  const bool cpu = fa::is_cpu_backend();
+  Options o;
+  if (cpu) {  // every CUDA thread is a fiber on one core: a small step, still split four ways
+    o.batch = 2, o.heads = 8, o.kv_heads = 2, o.seq_kv = 1000, o.dim = 64, o.splits = 4;
+    o.warmup = 0, o.repeats = 1;
+  }
+  fa::ArgParser a(argv[0],
+                  "Stage 09_split_kv_decoding: one decode step, the KV cache split across blocks and the parts "
+                  "merged with stage 02's rule.\nRuns it on random inputs, checks it against a float64 CPU "
+                  "reference and reports its median time and the cache bytes read per second.");
+  a.add_int("batch", &o.batch, "sequences B");
+  a.add_int("heads", &o.heads, "query heads Hq");
+  a.add_int("kv-heads", &o.kv_heads, "key/value heads Hkv, dividing Hq (0: Hkv = Hq)", 0);
+  a.add_int("seq-q", &o.seq_q, "new queries per sequence Nq");
+  a.add_int("seq-kv", &o.seq_kv, "cache capacity Nmax: rows per KV head (and each length, unless --kv-lens)");
+  a.add_int_list("kv-lens", &o.kv_lens, "one cache length per sequence, each in [1, --seq-kv]");
+  a.add_int("dim", &o.dim, "head dimension d (16, 32, 64 or 128)");
+  a.add_real("scale", &o.scale, "softmax scale; 0 means 1/sqrt(d)", 0.0, 1e6);
+  a.add_switch("causal", &o.causal, "causal mask, bottom-right: query i sees keys j <= L - Nq + i");
+  a.add_string("dtype", &o.dtype, "element type of Q, K, V, O: fp16, bf16 or fp32", "TYPE");
+  a.add_int("splits", &o.splits, "blocks along each cache (0: chosen from the shape and the GPU)", 0);
+  a.add_uint("seed", &o.seed, "seed of the random inputs");
+  a.add_real("magnitude", &o.magnitude, "inputs are uniform in [-X, X]", 1e-6, 1e6);
+  a.add_int("warmup", &o.warmup, "untimed runs before timing", 0);
+  a.add_int("repeats", &o.repeats, "timed runs; the median is reported");
+  a.add_switch("check", &o.check, "compare with the float64 CPU reference");
+  a.add_int("check-rows", &o.check_rows, "most query rows to check (spread over all sequences and heads)");
+  a.add_switch("bandwidth", &o.bandwidth, "also time a device-to-device copy of the cache's bytes");
+  a.add_switch("compare", &o.compare, "also run stage 07 (fp16/bf16) or 05 (fp32) on the same inputs");
+  a.add_switch("json", &o.json, "print the report as one JSON object");
+  a.add_switch("brief", &o.brief, "print only the one-line summary");
+  a.add_switch("dry-run", &o.dry_run, "check the shape and say what it needs, run nothing");
+  if (!a.parse(argc, argv)) return fa::kExitPassed;
+
+  fa::DType dtype;
+  if (!fa::parse_dtype(o.dtype, &dtype)) {
+    throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp16, bf16, fp32)");
+  }
+  if (!a.given("seq-kv") && !o.kv_lens.empty()) {  // the capacity defaults to the longest sequence
+    o.seq_kv = *std::max_element(o.kv_lens.begin(), o.kv_lens.end());
+  }
+  const fa::DecodeProblem p = fa::make_decode_problem(o.batch, o.heads, o.kv_heads ? o.kv_heads : o.heads, o.seq_q,
+                                                      o.seq_kv, o.kv_lens, o.dim, o.scale, o.causal, dtype);
+  const fa::DeviceInfo device = fa::require_device();
+  const fa::decode::Plan plan = fa::decode::make_plan(p, device.sm_count, o.splits);
+  const std::size_t workspace = fa::decode::workspace_bytes(p, plan);
+  const std::size_t lse_bytes = static_cast<std::size_t>(p.rows()) * sizeof(float);
+  fa::require_fits(device, p.device_bytes() + workspace + lse_bytes,
+                   "Q, K, V, O " + fa::format_bytes(static_cast<double>(p.device_bytes())) + " + workspace " +
+                       fa::format_bytes(static_cast<double>(workspace + lse_bytes)));
+  if (o.dry_run) {
+    std::cout << "dry run: " << fa::describe(p) << " fits ("
+              << fa::format_bytes(static_cast<double>(p.device_bytes() + workspace + lse_bytes))
+              << " on the device); plan: " << fa::decode::describe(plan, p) << "; nothing was run\n";
+    return fa::kExitPassed;
+  }
+
+  // Inputs, poisoned outputs, one checked run.
+  const fa::AttentionInputs in = fa::random_decode_inputs(p, o.seed, static_cast<float>(o.magnitude));
+  const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, dtype);
+  std::vector<int> lens32(p.kv_lens.begin(), p.kv_lens.end());
+  const fa::DeviceBuffer<int> lens(lens32);
+  fa::DeviceBuffer<unsigned char> out(static_cast<std::size_t>(p.q_elems()) * fa::dtype_bytes(dtype)), ws(workspace);
+  fa::DeviceBuffer<float> lse(static_cast<std::size_t>(p.rows()));
+  out.fill_bytes(fa::kPoisonByte);
+  lse.fill_bytes(fa::kPoisonByte);
+  const auto step = [&] {
+    fa::decode::attention(p, plan, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), out.data(),
+                          lse.data(), ws.data());
+  };
+  step();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  fa::AttentionCheck check;
+  if (o.check) {
+    const std::vector<float> got = fa::download_as_float(out.data(), static_cast<std::size_t>(p.q_elems()), dtype);
+    const std::vector<float> got_lse = lse.download();
+    check = fa::check_decode(p, in, got, fa::sample_indices(p.rows(), o.check_rows), &got_lse);
+  }
+  const double ms = fa::time_device(step, static_cast<int>(o.warmup), static_cast<int>(o.repeats)).median_ms();
+  const double tbps = p.kv_bytes() / (ms * 1e-3) / 1e12;
+  const double copy = o.bandwidth && !cpu && fa::fits(device, 2 * static_cast<std::size_t>(p.kv_bytes()))
+                          ? copy_tbps(static_cast<std::size_t>(p.kv_bytes()), static_cast<int>(o.repeats))
+                          : 0.0;
+  const bool passed = !o.check || check.passed();
+  const std::string verdict = !o.check ? "UNCHECKED" : (passed ? "PASSED" : "FAILED");
+
+  // --compare: the earlier stage's grid of one block per (Q tile, head), on the same values.
+  std::vector<fa::RunReport> compared;
+  std::string skipped;
+  if (o.compare) {
+    fa::AttentionProblem ap;
+    if (as_attention_problem(p, &ap, &skipped)) {
+      const fa::StageDemo other = dtype == fa::DType::F32 ? fa::flash2::describe() : fa::pipeline::describe();
+      fa::DemoOptions dopt;
+      dopt.warmup = o.warmup, dopt.repeats = o.repeats, dopt.check = o.check, dopt.check_rows = o.check_rows;
+      compared.push_back(fa::measure_stage(other, ap, in, inputs.tensors(), device, dopt));
+    }
+  }
+
+  const std::string where = cpu ? "CPU backend" : "GPU: " + device.name;
+  const std::string summary = "09_split_kv_decoding: " + verdict + "  " + fixed(ms, 3) + " ms" +
+                              (cpu ? "" : "  " + fixed(tbps, 2) + " TB/s") + "  [" + fa::describe(p) + "]  [" +
+                              where + "]";
+  if (o.json) {
+    std::ostringstream s;
+    s << "{\"stage\":\"09_split_kv_decoding\",\"backend\":\"" << device.backend << "\",\"device\":\""
+      << fa::json_escape(device.name) << "\",\"batch\":" << p.batch << ",\"q_heads\":" << p.q_heads
+      << ",\"kv_heads\":" << p.kv_heads << ",\"seq_q\":" << p.seq_q << ",\"max_seq_kv\":" << p.max_seq_kv
+      << ",\"total_kv\":" << p.total_kv() << ",\"dim\":" << p.dim << ",\"causal\":" << (p.causal ? "true" : "false")
+      << ",\"dtype\":\"" << fa::dtype_name(dtype) << "\",\"splits\":" << plan.splits << ",\"chunk\":" << plan.chunk
+      << ",\"median_ms\":" << fa::json_number(ms) << ",\"repeats\":" << o.repeats
+      << ",\"kv_bytes\":" << fa::json_number(p.kv_bytes())
+      << ",\"tbps\":" << (cpu ? "null" : fa::json_number(tbps))
+      << ",\"copy_tbps\":" << (copy > 0 ? fa::json_number(copy) : "null")
+      << ",\"workspace_bytes\":" << workspace;
+    if (o.check) {
+      s << ",\"rows_checked\":" << check.rows.size() << ",\"max_abs_err\":" << fa::json_number(check.o.max_abs_err);
+    }
+    s << ",\"result\":\"" << verdict << "\"}";
+    std::cout << s.str() << "\n";
+    for (const fa::RunReport& r : compared) fa::print_report_json(std::cout, r);
+  } else if (o.brief) {
+    std::cout << summary << "\n";
+  } else {
+    const auto line = [](const std::string& key, const std::string& value) {
+      std::cout << "  " << key << std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') << value << "\n";
+    };
+    std::cout << "stage 09_split_kv_decoding: decoding with a split KV cache, merged by stage 02's rule\n";
+    line("device", cpu ? device.name + " (CPU backend: timings are not GPU performance)"
+                       : device.name + " (" + std::to_string(device.sm_count) + " SMs)");
+    line("shape", fa::describe(p));
+    line("plan", fa::decode::describe(plan, p));
+    line("cache read", fa::format_bytes(p.kv_bytes()) + " of K and V (each live row once); " +
+                           fa::format_bytes(fa::decode::hbm_bytes_model(p, plan)) + " in all by the IO model");
+    line("workspace", fa::format_bytes(static_cast<double>(workspace)) + " (each split's m, l and partial O)");
+    line("time", "median " + fixed(ms, 3) + " ms over " + std::to_string(o.repeats) + " runs (" +
+                     std::to_string(o.warmup) + " warm-up)" + (cpu ? " on the CPU backend" : ""));
+    if (!cpu) {
+      line("bandwidth", fixed(tbps, 3) + " TB/s of K and V read" +
+                            (copy > 0 ? "; a device-to-device copy moves " + fixed(copy, 3) + " TB/s (read + write)"
+                                      : ""));
+    }
+    if (o.check) {
+      line("check", std::to_string(check.rows.size()) + " of " + std::to_string(p.rows()) +
+                        " query rows against the float64 CPU reference");
+      line("O", fa::describe(check.o, fa::decode_output_namer(p, check.rows)));
+      line("lse", fa::describe(check.lse, fa::decode_row_namer(p, check.rows, "lse")));
+    }
+    for (const fa::RunReport& r : compared) {
+      const bool same = r.problem.dtype == dtype;
+      line("compare", r.stage + " on the same inputs (" + std::string(fa::dtype_name(r.problem.dtype)) +
+                          (same ? "" : ", values unchanged") + "): " + fixed(r.median_ms, 3) + " ms" +
+                          (cpu ? "" : ", " + fixed(p.kv_bytes() / (r.median_ms * 1e-3) / 1e12, 3) + " TB/s") +
+                          ", check " + (!r.checked ? "skipped" : (r.check.passed() ? "PASSED" : "FAILED")) +
+                          "; stage 09 is " + fixed(r.median_ms / ms, 1) + "x as fast");
+    }
+    if (o.compare && compared.empty()) line("compare", "skipped: " + skipped);
+    std::cout << summary << "\n";
+  }
+  bool all = passed;
+  for (const fa::RunReport& r : compared) all = all && r.passed();
+  return all ? fa::kExitPassed : fa::kExitCheckFailed;
+}
+
+}  // namespace
+
+/// Runs stage 09's demo; exits 0 when every check passed.
+int main(int argc, char** argv) {
+  return fa::run_guarded(argv[0], [&] { return run(argc, argv); });
+}

@@ -1,0 +1,442 @@
+/**
+ * \file split_kv_decoding.cu
+ * \brief Stage 09: decoding. A few new queries against a long KV cache, the cache split
+ *        across blocks, the partial results merged with stage 02's rule.
+ *
+ * The idea: in a decode step each sequence brings one new query (or a few) and attends to
+ * its whole cache. Stage 05's grid has one block per (Q tile, head): with Nq = 1 that is
+ * B·H blocks, each streaming a whole cache alone, 32 blocks for B=1 H=32, on a GPU of 132
+ * multiprocessors. Here the cache of each KV head is cut into `splits` chunks that run in
+ * parallel, and the partial results are combined afterwards:
+ *
+ *     split kernel, one block per (KV head, row group, split s):
+ *         q ← the rows of every query head that reads this KV head (grouped-query attention)
+ *         each warp streams its share of keys [s·chunk, min((s+1)·chunk, L_b)), 16 bytes a lane:
+ *             S = q·Kᵀ of the keys just loaded; m_new = max(m, max S)
+ *             l = l·e^(m − m_new) + Σ e^(S − m_new);  acc = acc·e^(m − m_new) + e^(S − m_new)·V
+ *         the 4 warps' (m, l, acc) merged                      (stage 02's merge rule)
+ *         one split:  O = acc / l, lse = m + log l
+ *         several:    (m, l, acc) of split s → workspace
+ *     merge kernel (several splits): the splits' (m, l, acc) merged  (the same rule)
+ *         O = acc / l, lse = m + log l
+ *
+ * The merge rule is the one stage 02 proved for two parts of one row: with
+ * m = max(m_a, m_b), l = l_a·e^(m_a − m) + l_b·e^(m_b − m), and the outputs add with the same
+ * weights. It does not care where the parts came from: keys of one lane group, of one warp,
+ * of one block. So this kernel applies it three times.
+ *
+ * What changed since stage 05 (the last CUDA-core stage):
+ * - the grid is over (KV head, split), not over Q tiles: a decode step has almost no
+ *   query rows, so the parallelism must come from the keys;
+ * - a block serves every query head of its KV head (G = Hq/Hkv of them, and Nq queries
+ *   each), so each cache row is read from HBM once, not G times;
+ * - no shared-memory tiles: with so few rows a K or V value is used by only G·Nq FMAs, so
+ *   each lane loads 16 bytes of a key row straight into registers, UNROLL loads of K and
+ *   of V in flight, and the lanes of a row add their partial dot products by shuffles;
+ * - each sequence has its own cache length, and the causal mask is aligned bottom-right;
+ * - a second kernel merges the splits (skipped when there is one).
+ * Cost: workspace of splits·B·Hq·Nq·(d + 2) floats. HBM traffic: K and V of the live cache
+ * once, plus Q, O and that workspace. It is bandwidth-bound: the figure of merit is TB/s.
+ *
+ * Run: `stage09_split_kv_decoding --batch 1 --heads 32 --seq-kv 32768 --dim 128`
+ */
+#include "stages/09_split_kv_decoding/split_kv_decoding.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "common/cuda_check.h"
+#include "common/errors.h"
+#include "common/head_dim.h"
+#include "stages/02_online_softmax/online_softmax.h"
+
+namespace fa::decode {
+
+using online::Stats;
+
+/// What both kernels need to know about the problem and the plan.
+struct Params {
+  int q_heads, kv_heads, seq_q, max_seq_kv;
+  int rows;            ///< R = G·Nq: query rows that read one KV head
+  int rows_per_block;  ///< of those, rows one block serves
+  int row_groups;      ///< ⌈R / rows_per_block⌉
+  int chunk;           ///< keys per split
+  int splits;
+  int64_t total_rows;  ///< B·Hq·Nq
+  float scale;
+  bool causal;
+};
+
+// ---- 16-bit and 32-bit elements, 16 bytes at a time -----------------------------------
+
+template <typename T>
+__device__ __forceinline__ float to_float(unsigned bits16);
+template <>
+__device__ __forceinline__ float to_float<__half>(unsigned bits16) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+}
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(unsigned bits16) {
+  return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits16)));
+}
+
+/// The 16 / sizeof(T) elements of one 16-byte load, widened to float.
+template <typename T>
+__device__ __forceinline__ void widen(const uint4& raw, float* x) {
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      x[i] = __uint_as_float(w[i]);
+    } else {
+      x[2 * i] = to_float<T>(w[i] & 0xffffu), x[2 * i + 1] = to_float<T>(w[i] >> 16);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/// The weight e^(m_part − m) of a part with max m_part in a merge whose max is m; an empty
+/// part (m_part = −inf) weighs 0, even when every part is empty.
+__device__ __forceinline__ float weight(float m_part, float m) {
+  return m_part == -INFINITY ? 0.0f : __expf(m_part - m);
+}
+
+/// The final row: O = acc / l and lse = m + log l.
+template <typename T>
+__device__ __forceinline__ void write_row(T* O, float* lse, int64_t row, int c, int D, float acc, Stats total) {
+  O[row * D + c] = from_float<T>(acc / total.l);  // l >= 1: the max's own term is e^0
+  if (lse && c == 0) lse[row] = total.m + logf(total.l);
+}
+
+// ---- the split kernel ------------------------------------------------------------------
+
+template <typename T, int D, int ROWS>
+__global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
+    split_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                 const int* __restrict__ kv_lens, Params prm, T* __restrict__ O, float* __restrict__ lse,
+                 float* __restrict__ part_acc, Stats* __restrict__ part_stats) {
+  constexpr int VEC = 16 / sizeof(T);     // elements in 16 bytes
+  constexpr int LANES = D / VEC;          // lanes that share one key row, VEC values each
+  constexpr int KEYS = 32 / LANES;        // key rows one warp-wide load covers
+  constexpr int WARP_KEYS = KEYS * UNROLL;  // keys a warp takes per iteration
+  constexpr unsigned FULL = 0xffffffffu;
+
+  const int kv_head = blockIdx.x / prm.row_groups;       // b·Hkv + hkv
+  const int r0 = blockIdx.x % prm.row_groups * ROWS;     // first of this block's rows
+  const int rows = min(ROWS, prm.rows - r0);
+  const int split = blockIdx.y;
+  const int b = kv_head / prm.kv_heads;
+  const int len = kv_lens[b];
+  const int begin = split * prm.chunk;
+  if (begin >= len) return;  // this sequence is shorter: nothing here, and the merge skips this split
+  const int end = min(begin + prm.chunk, len);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int slot = lane / LANES;   // which of a load's KEYS key rows this lane reads
+  const int piece = lane % LANES;  // which VEC values of that row
+
+  // The R query rows that read this KV head are consecutive in Q: the G query heads
+  // hkv·G .. hkv·G + G − 1 of sequence b, Nq rows each, start at row (b·Hq + hkv·G)·Nq = kv_head·R.
+  const int64_t row0 = static_cast<int64_t>(kv_head) * prm.rows + r0;
+  float q[ROWS][VEC];  // this lane's piece of each row, times the scale
+  int limit[ROWS];     // keys j < limit[r] are visible to row r
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    limit[r] = 0;
+    for (int e = 0; e < VEC; ++e) q[r][e] = 0.0f;
+    if (r < rows) {
+      widen<T>(*reinterpret_cast<const uint4*>(Q + (row0 + r) * D + piece * VEC), q[r]);
+      for (int e = 0; e < VEC; ++e) q[r][e] *= prm.scale;
+      const int i = (r0 + r) % prm.seq_q;  // which new query: the cache's position len − Nq + i
+      limit[r] = prm.causal ? len - prm.seq_q + i + 1 : len;
+    }
+  }
+
+  // Online softmax per row. m is the whole warp's (every lane holds the same value); l and
+  // acc count only the keys of this lane's slot and are added across slots at the end.
+  float m[ROWS], l[ROWS], acc[ROWS][VEC];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    m[r] = -INFINITY, l[r] = 0.0f;
+    for (int e = 0; e < VEC; ++e) acc[r][e] = 0.0f;
+  }
+
+  const int64_t head = static_cast<int64_t>(kv_head) * prm.max_seq_kv * D + piece * VEC;
+  const T* Kh = K + head;
+  const T* Vh = V + head;
+  for (int first = begin + warp * WARP_KEYS; first < end; first += WARPS * WARP_KEYS) {
+    // Issue every load before using any: UNROLL rows of K and of V in flight per lane.
+    uint4 k_raw[UNROLL], v_raw[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = first + u * KEYS + slot;
+      k_raw[u] = v_raw[u] = make_uint4(0, 0, 0, 0);
+      if (j < end) {  // never past the sequence: the cache's spare rows are not data
+        k_raw[u] = *reinterpret_cast<const uint4*>(Kh + static_cast<int64_t>(j) * D);
+        v_raw[u] = *reinterpret_cast<const uint4*>(Vh + static_cast<int64_t>(j) * D);
+      }
+    }
+    // S = q·Kᵀ: each lane's VEC products, then a sum over the LANES lanes of the row.
+    float s[UNROLL][ROWS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      float k[VEC];
+      widen<T>(k_raw[u], k);
+      const int j = first + u * KEYS + slot;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if (r >= rows) continue;  // the same for the whole block
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) dot += q[r][e] * k[e];
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off /= 2) dot += __shfl_xor_sync(FULL, dot, off);
+        s[u][r] = (j < end && j < limit[r]) ? dot : -INFINITY;
+      }
+    }
+    float v[UNROLL][VEC];  // V widened once, used by every row
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) widen<T>(v_raw[u], v[u]);
+    // The online softmax update, one row at a time, with the warp's max over these keys.
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      if (r >= rows) continue;
+      float tile_max = s[0][r];
+#pragma unroll
+      for (int u = 1; u < UNROLL; ++u) tile_max = fmaxf(tile_max, s[u][r]);
+#pragma unroll
+      for (int off = LANES; off < 32; off *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(FULL, tile_max, off));
+      const float m_new = fmaxf(m[r], tile_max);
+      if (m_new == -INFINITY) continue;  // nothing visible to this row yet (the same in every lane)
+      const float alpha = __expf(m[r] - m_new);  // 0 when m was −inf
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[r][e] *= alpha;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const float p = __expf(s[u][r] - m_new);  // 0 for a masked key
+        l[r] += p;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[r][e] += p * v[u][e];
+      }
+    }
+  }
+
+  // The slots of a warp read different keys under the same m: their l and acc just add.
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+    for (int off = LANES; off < 32; off *= 2) {
+      l[r] += __shfl_xor_sync(FULL, l[r], off);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[r][e] += __shfl_xor_sync(FULL, acc[r][e], off);
+    }
+  }
+
+  // The warps read different keys under different m: stage 02's merge.
+  __shared__ float warp_acc[WARPS][ROWS][D];
+  __shared__ Stats warp_stats[WARPS][ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    if (lane < LANES) {
+      for (int e = 0; e < VEC; ++e) warp_acc[warp][r][piece * VEC + e] = acc[r][e];
+    }
+    if (lane == 0) warp_stats[warp][r] = Stats{m[r], l[r]};
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows * D; idx += THREADS) {
+    const int r = idx / D, c = idx % D;
+    Stats total = online::empty_stats();
+    for (int w = 0; w < WARPS; ++w) total = online::merge(total, warp_stats[w][r]);
+    float o = 0.0f;
+    for (int w = 0; w < WARPS; ++w) o += warp_acc[w][r][c] * weight(warp_stats[w][r].m, total.m);
+    const int64_t row = row0 + r;
+    if (prm.splits == 1) {
+      write_row<T>(O, lse, row, c, D, o, total);
+    } else {
+      const int64_t part = split * prm.total_rows + row;
+      part_acc[part * D + c] = o;
+      if (c == 0) part_stats[part] = total;
+    }
+  }
+}
+
+// ---- the merge kernel ------------------------------------------------------------------
+
+// One thread per output element: the splits of its row merged by stage 02's rule.
+template <typename T, int D>
+__global__ void merge_kernel(const float* __restrict__ part_acc, const Stats* __restrict__ part_stats,
+                             const int* __restrict__ kv_lens, Params prm, T* __restrict__ O,
+                             float* __restrict__ lse) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= prm.total_rows * D) return;
+  const int64_t row = idx / D;
+  const int c = static_cast<int>(idx % D);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(prm.q_heads) * prm.seq_q));
+  const int used = (kv_lens[b] + prm.chunk - 1) / prm.chunk;  // splits that reached this sequence
+  Stats total = online::empty_stats();
+  for (int s = 0; s < used; ++s) total = online::merge(total, part_stats[s * prm.total_rows + row]);
+  float o = 0.0f;
+  for (int s = 0; s < used; ++s) {
+    const int64_t part = s * prm.total_rows + row;
+    o += part_acc[part * D + c] * weight(part_stats[part].m, total.m);
+  }
+  write_row<T>(O, lse, row, c, D, o, total);
+}
+
+// ---- host side -------------------------------------------------------------------------
+
+namespace {
+
+constexpr int MERGE_THREADS = 256;
+
+Params make_params(const DecodeProblem& p, const Plan& plan) {
+  Params prm;
+  prm.q_heads = static_cast<int>(p.q_heads);
+  prm.kv_heads = static_cast<int>(p.kv_heads);
+  prm.seq_q = static_cast<int>(p.seq_q);
+  prm.max_seq_kv = static_cast<int>(p.max_seq_kv);
+  prm.rows = static_cast<int>(p.group() * p.seq_q);
+  prm.rows_per_block = plan.rows_per_block;
+  prm.row_groups = static_cast<int>(plan.row_groups);
+  prm.chunk = static_cast<int>(plan.chunk);
+  prm.splits = static_cast<int>(plan.splits);
+  prm.total_rows = p.rows();
+  prm.scale = p.scale;
+  prm.causal = p.causal;
+  return prm;
+}
+
+template <typename T, int D, int ROWS>
+void launch(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
+            const int* kv_lens, void* O, float* lse, void* workspace) {
+  const Params prm = make_params(p, plan);
+  float* part_acc = static_cast<float*>(workspace);  // [splits, B·Hq·Nq, d], then [splits, B·Hq·Nq] stats
+  Stats* part_stats = workspace ? reinterpret_cast<Stats*>(part_acc + plan.splits * p.rows() * D) : nullptr;
+  const dim3 grid(static_cast<unsigned>(plan.row_groups * p.batch * p.kv_heads), static_cast<unsigned>(plan.splits));
+  split_kernel<T, D, ROWS><<<grid, THREADS>>>(static_cast<const T*>(Q), static_cast<const T*>(K),
+                                              static_cast<const T*>(V), kv_lens, prm, static_cast<T*>(O), lse,
+                                              part_acc, part_stats);
+  FA_CHECK_LAUNCH("split_kernel");
+  if (plan.splits > 1) {
+    const int64_t blocks = (p.rows() * D + MERGE_THREADS - 1) / MERGE_THREADS;
+    merge_kernel<T, D><<<static_cast<unsigned>(blocks), MERGE_THREADS>>>(part_acc, part_stats, kv_lens, prm,
+                                                                        static_cast<T*>(O), lse);
+    FA_CHECK_LAUNCH("merge_kernel");
+  }
+}
+
+// Each split's partial O (d floats a row) and its (m, l); nothing with one split.
+std::size_t partial_bytes(const DecodeProblem& p, const Plan& plan) {
+  if (plan.splits == 1) return 0;
+  return static_cast<std::size_t>(plan.splits * p.rows()) * (static_cast<std::size_t>(p.dim) * sizeof(float) + sizeof(Stats));
+}
+
+// Blocks of the split kernel for p's type and head dimension that fit on one SM at once
+// (registers are what limits them). The CPU backend runs one block at a time: there the
+// answer is FA09_BLOCKS_PER_SM, so plans come out as they would on a GPU.
+int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block);
+
+// Calls f(T{}) for the element type of `dtype`.
+template <typename F>
+void with_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32: return f(float{});
+    case DType::F16: return f(__half{});
+    case DType::BF16: return f(__nv_bfloat16{});
+  }
+}
+
+int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block) {
+#if FA_CPU_BACKEND
+  (void)p, (void)rows_per_block;
+  return FA09_BLOCKS_PER_SM;
+#else
+  int blocks = 1;
+  with_head_dim(p.dim, [&](auto D) {
+    with_type(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      constexpr int d = decltype(D)::value;
+      const void* kernel = rows_per_block == 1 ? reinterpret_cast<const void*>(split_kernel<T, d, 1>)
+                                               : reinterpret_cast<const void*>(split_kernel<T, d, 4>);
+      FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, 0));
+    });
+  });
+  return std::max(blocks, 1);
+#endif
+}
+
+}  // namespace
+
+Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) {
+  Plan plan;
+  const int64_t rows = p.group() * p.seq_q;
+  plan.rows_per_block = rows == 1 ? 1 : 4;
+  plan.row_groups = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
+  const int64_t heads = p.batch * p.kv_heads * plan.row_groups;  // blocks per split
+  const int64_t longest = p.longest();
+  if (splits == 0) {
+    // One wave: as many blocks as fit on the GPU at once (at most FA09_BLOCKS_PER_SM an SM).
+    // A second, partly filled wave would leave most SMs idle at the end.
+    const int64_t per_sm = std::min<int64_t>(FA09_BLOCKS_PER_SM, resident_blocks_per_sm(p, plan.rows_per_block));
+    const int64_t wave = per_sm * std::max(sm_count, 1);
+    splits = std::clamp(wave / heads, int64_t{1}, std::max(int64_t{1}, longest / MIN_CHUNK));
+  }
+  splits = std::min(splits, longest);
+  plan.chunk = (longest + splits - 1) / splits;
+  plan.splits = (longest + plan.chunk - 1) / plan.chunk;  // none left empty for the longest sequence
+  if (heads > INT_MAX || plan.splits > 65535 || p.rows() * p.dim > (int64_t{1} << 40) ||
+      p.max_seq_kv > INT_MAX) {
+    throw InputError("stage 09: the problem is too large for one grid (B·Hkv·row groups " + std::to_string(heads) +
+                     ", splits " + std::to_string(plan.splits) + ")");
+  }
+  return plan;
+}
+
+std::size_t workspace_bytes(const DecodeProblem& p, const Plan& plan) { return partial_bytes(p, plan); }
+
+double hbm_bytes_model(const DecodeProblem& p, const Plan& plan) {
+  const double qo = 2.0 * static_cast<double>(p.q_elems()) * static_cast<double>(dtype_bytes(p.dtype));
+  return p.kv_bytes() + qo + 2.0 * static_cast<double>(partial_bytes(p, plan));
+}
+
+std::string describe(const Plan& plan, const DecodeProblem& p) {
+  std::ostringstream s;
+  s << plan.rows_per_block << (plan.rows_per_block == 1 ? " row" : " rows") << " a block, " << plan.row_groups
+    << (plan.row_groups == 1 ? " group" : " groups") << " per KV head, " << plan.splits
+    << (plan.splits == 1 ? " split of " : " splits of ") << plan.chunk << " keys: "
+    << plan.blocks() * p.batch * p.kv_heads << " blocks of " << THREADS << " threads"
+    << (plan.splits > 1 ? ", then a merge kernel" : "");
+  return s.str();
+}
+
+void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
+               const int* kv_lens, void* O, float* lse, void* workspace) {
+  with_head_dim(p.dim, [&](auto D) {
+    with_type(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      constexpr int d = decltype(D)::value;
+      if (plan.rows_per_block == 1) {
+        launch<T, d, 1>(p, plan, Q, K, V, kv_lens, O, lse, workspace);
+      } else {
+        launch<T, d, 4>(p, plan, Q, K, V, kv_lens, O, lse, workspace);
+      }
+    });
+  });
+}
+
+}  // namespace fa::decode

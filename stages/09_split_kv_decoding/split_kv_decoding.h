@@ -1,0 +1,77 @@
+/**
+ * \file split_kv_decoding.h
+ * \brief Stage 09's host interface: decoding with the KV cache split across blocks, the
+ *        partial results merged with stage 02's rule.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/decode_problem.h"
+
+namespace fa::decode {
+
+constexpr int WARPS = 4;             ///< warps per block; each streams its own keys
+constexpr int THREADS = 32 * WARPS;  ///< threads per block
+#ifndef FA09_UNROLL
+/// 16-byte loads of K (and as many of V) each lane keeps in flight, unless the build overrides it.
+#define FA09_UNROLL 4
+#endif
+constexpr int UNROLL = FA09_UNROLL;  ///< loads of K and of V in flight per lane
+#ifndef FA09_BLOCKS_PER_SM
+/// Most blocks per multiprocessor the automatic split count aims for, unless the build overrides it.
+#define FA09_BLOCKS_PER_SM 4
+#endif
+#ifndef FA09_MIN_BLOCKS
+/// Blocks per multiprocessor the compiler must leave registers for, unless the build overrides it.
+#define FA09_MIN_BLOCKS 1
+#endif
+constexpr int64_t MIN_CHUNK = 256;   ///< fewest keys a split gets from the automatic choice
+
+/// How the work is cut: which rows a block serves and which keys.
+struct Plan {
+  int rows_per_block = 1;  ///< 1 or 4: query rows of one KV head a block serves (a compile-time choice)
+  int64_t row_groups = 1;  ///< blocks that share one KV head's rows: ⌈G·Nq / rows_per_block⌉
+  int64_t splits = 1;      ///< blocks along each KV head's cache
+  int64_t chunk = 1;       ///< keys per split (the last split of a sequence may have fewer)
+  /// Blocks of the split kernel per (sequence, KV head): row_groups·splits.
+  int64_t blocks() const { return row_groups * splits; }
+};
+
+/**
+ * The plan for problem `p` on a GPU of `sm_count` multiprocessors. With `splits` = 0 the
+ * split count is chosen so that all blocks fill the GPU once: as many as fit on it at the
+ * same time, at most FA09_BLOCKS_PER_SM per multiprocessor, and no split under MIN_CHUNK
+ * keys. Otherwise it is `splits` (at most the longest sequence's length: a split has at
+ * least one key).
+ * \throws InputError if the grid would exceed CUDA's limits.
+ */
+Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits = 0);
+
+/// Device bytes the plan needs beyond Q, K, V, O and lse: each split's partial O, m and l.
+std::size_t workspace_bytes(const DecodeProblem& p, const Plan& plan);
+
+/**
+ * O = softmax(scale·Q·Kᵀ)·V for every new query against its sequence's cache (see
+ * decode_problem.h), in p.dtype (fp32, fp16 or bf16), by the plan's blocks: each reads its
+ * split of one KV head's cache once for all the query rows it serves, and a merge kernel
+ * combines the splits. All pointers are device pointers.
+ * \param Q [B, Hq, Nq, d]; \param K, V the cache [B, Hkv, Nmax, d];
+ * \param kv_lens B lengths (int32), each in [1, Nmax]; \param O [B, Hq, Nq, d] (out);
+ * \param lse if not null, receives each row's log-sum-exp (fp32, B·Hq·Nq values);
+ * \param workspace workspace_bytes(p, plan) bytes (may be null when splits == 1).
+ * \throws InputError for an unsupported head dimension.
+ */
+void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
+               const int* kv_lens, void* O, float* lse, void* workspace);
+
+/// Bytes that must cross HBM: K and V of every live cache row once, Q and O once, and the
+/// partial results written and read back once when there are several splits.
+double hbm_bytes_model(const DecodeProblem& p, const Plan& plan);
+
+/// One line on the plan, e.g. "4 rows a block, 1 group, 17 splits of 1984 keys: 544 blocks".
+std::string describe(const Plan& plan, const DecodeProblem& p);
+
+}  // namespace fa::decode

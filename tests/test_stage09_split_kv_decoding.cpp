@@ -1,0 +1,170 @@
+// Stage 09 against the float64 reference: ragged cache lengths (1 included), split counts
+// that do not divide them, grouped-query attention with groups of 1, 4 and 8, several new
+// queries under the bottom-right causal mask, large logits, every head dimension, in fp16,
+// bf16 and fp32. Outputs are poisoned before each run and the cache's spare rows hold NaN,
+// so an element never written, or a read past a sequence's end, fails. A copy of the kernel
+// whose merge drops a partial split (built by stages/09_split_kv_decoding/CMakeLists.txt)
+// must fail the same checks.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "common/decode_problem.h"
+#include "common/demo.h"
+#include "common/device.h"
+#include "common/device_buffer.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "common/verify.h"
+#include "stages/09_split_kv_decoding/split_kv_decoding.h"
+#include "tests/catch.h"
+
+namespace fa::decode::planted {
+// The planted copy: the merge kernel forgets each sequence's last split when it is partial.
+void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
+               const int* kv_lens, void* O, float* lse, void* workspace);
+}  // namespace fa::decode::planted
+
+namespace {
+
+using Decoder = decltype(&fa::decode::attention);
+
+// One decode step on fresh inputs (seeded), every row and its log-sum-exp checked.
+fa::AttentionCheck run_and_check(const fa::DecodeProblem& p, int64_t splits, uint64_t seed, float magnitude = 1.0f,
+                                 Decoder decoder = fa::decode::attention) {
+  const fa::decode::Plan plan = fa::decode::make_plan(p, fa::require_device().sm_count, splits);
+  if (splits > 0) REQUIRE(plan.splits == std::min(splits, p.longest()));
+  const fa::AttentionInputs in = fa::random_decode_inputs(p, seed, magnitude);
+  const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, p.dtype);
+  const fa::DeviceBuffer<int> lens(std::vector<int>(p.kv_lens.begin(), p.kv_lens.end()));
+  fa::DeviceBuffer<unsigned char> o(static_cast<size_t>(p.q_elems()) * fa::dtype_bytes(p.dtype));
+  fa::DeviceBuffer<unsigned char> ws(fa::decode::workspace_bytes(p, plan));
+  fa::DeviceBuffer<float> lse(static_cast<size_t>(p.rows()));
+  o.fill_bytes(fa::kPoisonByte);
+  lse.fill_bytes(fa::kPoisonByte);
+  ws.fill_bytes(fa::kPoisonByte);
+  decoder(p, plan, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), o.data(), lse.data(), ws.data());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = fa::download_as_float(o.data(), static_cast<size_t>(p.q_elems()), p.dtype);
+  const std::vector<float> got_lse = lse.download();
+  std::vector<int64_t> rows(static_cast<size_t>(p.rows()));
+  for (int64_t r = 0; r < p.rows(); ++r) rows[static_cast<size_t>(r)] = r;
+  return fa::check_decode(p, in, got, rows, &got_lse);
+}
+
+void require_passed(const fa::DecodeProblem& p, int64_t splits, const fa::AttentionCheck& c) {
+  INFO(fa::describe(p) << ", splits " << splits);
+  INFO(fa::describe(c.o, fa::decode_output_namer(p, c.rows)));
+  INFO(fa::describe(c.lse, fa::decode_row_namer(p, c.rows, "lse")));
+  REQUIRE(c.passed());
+}
+
+const std::vector<fa::DType>& all_dtypes() {
+  static const std::vector<fa::DType> types = {fa::DType::F16, fa::DType::BF16, fa::DType::F32};
+  return types;
+}
+
+}  // namespace
+
+TEST_CASE("stage 09: ragged cache lengths, uneven splits, every head dim and precision", "[stage09]") {
+  // Lengths 1 and 1000 in one batch; split counts 1 (no merge), 3 and 7 (dividing none of
+  // the lengths), and the automatic choice.
+  uint64_t seed = 900;
+  for (fa::DType dtype : all_dtypes()) {
+    for (int64_t d : fa::supported_head_dims()) {
+      for (int64_t splits : {0, 1, 3, 7}) {
+        const fa::DecodeProblem p = fa::make_decode_problem(4, 2, 2, 1, 1000, {1, 37, 1000, 300}, d, 0.0, false, dtype);
+        require_passed(p, splits, run_and_check(p, splits, ++seed));
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 09: grouped-query attention, groups of 1, 4 and 8, several new queries", "[stage09][gqa]") {
+  uint64_t seed = 1900;
+  for (fa::DType dtype : all_dtypes()) {
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {8, 1}}) {
+      for (int64_t nq : {1, 3}) {  // 3 new queries: G·Nq rows of 3, 12 and 24 (row groups of 4)
+        for (int64_t d : {64, 128}) {
+          const fa::DecodeProblem p = fa::make_decode_problem(2, hq, hkv, nq, 517, {517, 130}, d, 0.0, false, dtype);
+          require_passed(p, 5, run_and_check(p, 5, ++seed));
+          require_passed(p, 0, run_and_check(p, 0, ++seed));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 09: bottom-right causal mask for several new queries", "[stage09][causal]") {
+  // Each sequence's last Nq positions are the new queries: a length equal to Nq (the first
+  // query sees one key), a split boundary inside the masked triangle, and a long one.
+  uint64_t seed = 2900;
+  for (fa::DType dtype : all_dtypes()) {
+    for (int64_t nq : {2, 16}) {
+      for (int64_t splits : {1, 4, 0}) {
+        const fa::DecodeProblem p =
+            fa::make_decode_problem(3, 4, 2, nq, 700, {nq, nq + 5, 700}, 32, 0.0, true, dtype);
+        require_passed(p, splits, run_and_check(p, splits, ++seed));
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 09: large logits", "[stage09][large]") {
+  // Inputs in [-30, 30]: logits in the thousands, whose maxima differ wildly between the
+  // warps and splits that the merges combine.
+  for (fa::DType dtype : all_dtypes()) {
+    for (int64_t d : {64, 128}) {
+      const fa::DecodeProblem p = fa::make_decode_problem(2, 4, 1, 2, 900, {900, 333}, d, 0.0, true, dtype);
+      const fa::AttentionCheck c = run_and_check(p, 6, 77, 30.0f);
+      require_passed(p, 6, c);
+    }
+  }
+}
+
+TEST_CASE("stage 09's plan: splits from the shape, none left empty", "[stage09][plan]") {
+  const fa::DecodeProblem mha = fa::make_decode_problem(1, 32, 32, 1, 32768, {}, 128);
+  const fa::decode::Plan a = fa::decode::make_plan(mha, 132);
+  CHECK(a.rows_per_block == 1);
+  CHECK(a.row_groups == 1);
+  // One wave: at most FA09_BLOCKS_PER_SM blocks an SM (fewer where fewer fit), nearly full.
+  CHECK(a.splits * 32 <= 132 * FA09_BLOCKS_PER_SM);
+  if (fa::is_cpu_backend()) CHECK((a.splits + 1) * 32 > 132 * FA09_BLOCKS_PER_SM);  // a GPU may fit fewer
+  CHECK(a.splits * a.chunk >= 32768);
+  CHECK((a.splits - 1) * a.chunk < 32768);
+  const fa::DecodeProblem gqa = fa::make_decode_problem(16, 32, 8, 1, 32768, {}, 128);
+  const fa::decode::Plan g = fa::decode::make_plan(gqa, 132);
+  CHECK(g.rows_per_block == 4);
+  CHECK(g.row_groups == 1);
+  // Short caches keep at least MIN_CHUNK keys a split; a forced count is capped by the length.
+  const fa::DecodeProblem short_cache = fa::make_decode_problem(1, 1, 1, 1, 300, {}, 64);
+  CHECK(fa::decode::make_plan(short_cache, 132).splits == 1);
+  CHECK(fa::decode::make_plan(short_cache, 132, 1000).splits == 300);
+  CHECK(fa::decode::make_plan(short_cache, 132, 1000).chunk == 1);
+  CHECK(fa::decode::workspace_bytes(short_cache, fa::decode::make_plan(short_cache, 132)) == 0);
+}
+
+TEST_CASE("a decoding problem refuses what it cannot run, with a clear message", "[stage09][input]") {
+  using fa::test::HasSubstring;
+  REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 6, 4, 1, 100, {}, 64), HasSubstring("multiple of kv-heads"));
+  REQUIRE_THROWS_WITH(fa::make_decode_problem(2, 4, 4, 1, 100, {100}, 64), HasSubstring("one per sequence"));
+  REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 4, 1, 100, {101}, 64), HasSubstring("outside [1, 100]"));
+  REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 4, 1, 100, {0}, 64), HasSubstring("outside [1, 100]"));
+  REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 4, 8, 100, {5}, 64, 0.0, true), HasSubstring("at least Nq"));
+  REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 4, 1, 100, {}, 48), HasSubstring("head dim 48"));
+  REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 0, 1, 100, {}, 64), HasSubstring("kv-heads must be at least 1"));
+}
+
+TEST_CASE("a merge that drops a sequence's partial last split is caught", "[stage09][planted]") {
+  // 1000 keys in splits of 143 (7 splits): the last has 142 keys; 37 keys in one partial split.
+  for (fa::DType dtype : all_dtypes()) {
+    const fa::DecodeProblem p = fa::make_decode_problem(2, 2, 2, 1, 1000, {1000, 37}, 64, 0.0, false, dtype);
+    const fa::AttentionCheck bad = run_and_check(p, 7, 5, 1.0f, fa::decode::planted::attention);
+    INFO(fa::describe(bad.o, fa::decode_output_namer(p, bad.rows)));
+    REQUIRE_FALSE(bad.passed());
+    require_passed(p, 7, run_and_check(p, 7, 5));
+  }
+}
