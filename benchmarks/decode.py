@@ -17,6 +17,7 @@ over the median time. The copy row counts read + written bytes.
   python3 benchmarks/decode.py --demo build/bin/stage09_split_kv_decoding \\
       --lib build/lib/libfa_inputs.so --csv decode.csv           # the sweep and the bars
   python3 benchmarks/decode.py ... --points bars                 # the bar points only
+  python3 benchmarks/decode.py --plot benchmarks/results/<gpu>/decode_sweep.csv   # its plot
 
 Exit status: 0 done, 2 bad arguments; without PyTorch the stage's rows are still written.
 """
@@ -43,9 +44,11 @@ SWEEP = [(1, 32, 32, 128, [1024, 4096, 16384, 32768, 65536, 131072]),
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--demo", required=True, help="path of stage09_split_kv_decoding")
-    ap.add_argument("--lib", required=True, help="path of libfa_inputs.so")
-    ap.add_argument("--csv", required=True, help="write the rows here")
+    ap.add_argument("--plot", metavar="CSV", help="only draw decode_tbps.svg next to this CSV, then exit")
+    ap.add_argument("--check", action="store_true", help="with --plot: exit 1 if the plot differs, write nothing")
+    ap.add_argument("--demo", help="path of stage09_split_kv_decoding")
+    ap.add_argument("--lib", help="path of libfa_inputs.so")
+    ap.add_argument("--csv", help="write the rows here")
     ap.add_argument("--points", choices=["all", "bars"], default="all")
     ap.add_argument("--precisions", default="fp16,bf16,fp32")
     ap.add_argument("--seed", type=int, default=2024)
@@ -145,8 +148,50 @@ def torch_rows(torch, lib, args, prec, b, hq, hkv, d, n, kv_bytes, device):
     return rows
 
 
+def plot(path, check):
+    """TB/s vs cache length, one line per implementation and shape, from a sweep's CSV."""
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import report
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "measured" and r["tbps"]]
+    colours = {"09_split_kv_decoding": "#6a3d9a", "sdpa_cudnn": "#1f77b4", "sdpa_flash": "#2ca02c",
+               "device_copy": "#7f7f7f"}
+    labels = {"09_split_kv_decoding": "stage 09", "sdpa_cudnn": "SDPA cuDNN", "sdpa_flash": "SDPA flash",
+              "device_copy": "copy (read + write)"}
+    series = []
+    shapes = sorted({(r["precision"], int(r["batch"]), int(r["q_heads"]), int(r["kv_heads"]), int(r["dim"]))
+                     for r in rows}, key=lambda k: (k[0], k[4] != 128, k[1]))
+    for shape in shapes:
+        prec, b, hq, hkv, d = shape
+        dash = "" if (b, hkv, d) == (1, hq, 128) else ("6,3" if d == 128 else "2,3")
+        for name in colours:
+            pts = sorted((int(r["seq_kv"]), float(r["tbps"]), True) for r in rows
+                         if r["name"] == name and (r["precision"], int(r["batch"]), int(r["q_heads"]),
+                                                   int(r["kv_heads"]), int(r["dim"])) == shape)
+            if pts and not (name == "device_copy" and dash):
+                series.append((f"{labels[name]} B={b} Hkv={hkv} d={d}" if name != "device_copy" else labels[name],
+                               colours[name], dash, pts))
+    device = rows[0]["device"]
+    report.line_chart(os.path.join(os.path.dirname(path), "decode_tbps.svg"),
+                      f"Decoding: cache read rate vs cache length ({rows[0]['precision'].upper()}, Hq=32, one query)",
+                      device + "; solid B=1 Hkv=32 d=128, dashed B=16 Hkv=8 (GQA), dotted d=64",
+                      "cache length L (log scale)", "TB/s of K and V read (log scale)", "TB/s", series, check=check)
+    if check:
+        if report.STALE:
+            print("decode.py: out of date (run --plot without --check): " + ", ".join(report.STALE))
+            return 1
+        print("decode.py: decode_tbps.svg matches the CSV")
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.plot:
+        return plot(args.plot, args.check)
+    if not (args.demo and args.lib and args.csv):
+        print("decode.py: --demo, --lib and --csv are needed (or --plot CSV)", file=sys.stderr)
+        return 2
     try:
         import torch
         have_torch = torch.cuda.is_available()

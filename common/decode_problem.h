@@ -66,7 +66,10 @@ struct DecodeProblem {
  * of Hkv, d one of supported_head_dims(). `kv_lens` holds one length per sequence, each
  * in [1, max_seq_kv]; empty means every sequence is max_seq_kv long. With `causal`,
  * every L_b must be at least Nq (the new queries are the sequence's last Nq positions).
- * \param scale a positive scale, or 0 for 1/sqrt(d).
+ * \param batch B; \param q_heads Hq; \param kv_heads Hkv; \param seq_q Nq;
+ * \param max_seq_kv Nmax; \param kv_lens the lengths L_b (or empty); \param dim d;
+ * \param scale a positive scale, or 0 for 1/sqrt(d); \param causal the bottom-right mask;
+ * \param dtype the element type of Q, K, V and O.
  * \throws InputError naming the bad value.
  */
 DecodeProblem make_decode_problem(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq_q,

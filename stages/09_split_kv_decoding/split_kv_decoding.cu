@@ -61,21 +61,26 @@ using online::Stats;
 
 /// What both kernels need to know about the problem and the plan.
 struct Params {
-  int q_heads, kv_heads, seq_q, max_seq_kv;
+  int q_heads;         ///< Hq
+  int kv_heads;        ///< Hkv
+  int seq_q;           ///< Nq
+  int max_seq_kv;      ///< Nmax: cache rows per KV head
   int rows;            ///< R = G·Nq: query rows that read one KV head
   int rows_per_block;  ///< of those, rows one block serves
   int row_groups;      ///< ⌈R / rows_per_block⌉
   int chunk;           ///< keys per split
-  int splits;
+  int splits;          ///< blocks along each cache
   int64_t total_rows;  ///< B·Hq·Nq
-  float scale;
-  bool causal;
+  float scale;         ///< multiplies Q·Kᵀ
+  bool causal;         ///< bottom-right causal mask
 };
 
 // ---- 16-bit and 32-bit elements, 16 bytes at a time -----------------------------------
 
+/// A 16-bit value of type T (its bits in the low half of `bits16`) as float.
 template <typename T>
 __device__ __forceinline__ float to_float(unsigned bits16);
+/// \cond
 template <>
 __device__ __forceinline__ float to_float<__half>(unsigned bits16) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
@@ -84,6 +89,7 @@ template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(unsigned bits16) {
   return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits16)));
 }
+/// \endcond
 
 /// The 16 / sizeof(T) elements of one 16-byte load, widened to float.
 template <typename T>
@@ -99,14 +105,17 @@ __device__ __forceinline__ void widen(const uint4& raw, float* x) {
   }
 }
 
+/// x rounded to T (to nearest, ties to even).
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
+/// \cond
 template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+/// \endcond
 
 /// The weight e^(m_part − m) of a part with max m_part in a merge whose max is m; an empty
 /// part (m_part = −inf) weighs 0, even when every part is empty.
@@ -123,6 +132,8 @@ __device__ __forceinline__ void write_row(T* O, float* lse, int64_t row, int c, 
 
 // ---- the split kernel ------------------------------------------------------------------
 
+/// One block: the keys of split blockIdx.y of one KV head for up to ROWS of its query rows
+/// (blockIdx.x = KV head · row groups + row group); see the file comment.
 template <typename T, int D, int ROWS>
 __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
     split_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
@@ -277,7 +288,7 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
 
 // ---- the merge kernel ------------------------------------------------------------------
 
-// One thread per output element: the splits of its row merged by stage 02's rule.
+/// One thread per output element: the splits of its row merged by stage 02's rule.
 template <typename T, int D>
 __global__ void merge_kernel(const float* __restrict__ part_acc, const Stats* __restrict__ part_stats,
                              const int* __restrict__ kv_lens, Params prm, T* __restrict__ O,

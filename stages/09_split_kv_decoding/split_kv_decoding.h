@@ -58,6 +58,7 @@ std::size_t workspace_bytes(const DecodeProblem& p, const Plan& plan);
  * decode_problem.h), in p.dtype (fp32, fp16 or bf16), by the plan's blocks: each reads its
  * split of one KV head's cache once for all the query rows it serves, and a merge kernel
  * combines the splits. All pointers are device pointers.
+ * \param p the problem; \param plan from make_plan(p, ...);
  * \param Q [B, Hq, Nq, d]; \param K, V the cache [B, Hkv, Nmax, d];
  * \param kv_lens B lengths (int32), each in [1, Nmax]; \param O [B, Hq, Nq, d] (out);
  * \param lse if not null, receives each row's log-sum-exp (fp32, B·Hq·Nq values);
