@@ -26,10 +26,11 @@ import csv
 import ctypes
 import json
 import math
-import re
 import subprocess
 import sys
 import warnings
+
+from torch_sdpa import decline_reason, timed  # the same timing and PyTorch messages as the forward rows
 
 HEADER = ("source,name,precision,device,batch,q_heads,kv_heads,seq_q,seq_kv,dim,splits,median_ms,repeats,"
           "kv_bytes,tbps,max_abs_err,status,note").split(",")
@@ -58,12 +59,6 @@ def parse_args():
     return ap.parse_args()
 
 
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
-
 def run_stage(args, prec, b, hq, hkv, d, n):
     cmd = [args.demo, "--batch", str(b), "--heads", str(hq), "--kv-heads", str(hkv), "--seq-kv", str(n),
            "--dim", str(d), "--dtype", prec, "--seed", str(args.seed), "--repeats", str(args.repeats),
@@ -73,15 +68,6 @@ def run_stage(args, prec, b, hq, hkv, d, n):
     if not lines:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()[:300]}")
     return json.loads(lines[0]), out.returncode
-
-
-def decline_reason(messages):
-    reasons = []
-    for m in messages:
-        m = " ".join(re.sub(r"\(Triggered internally at [^)]*\)", "", m).split())
-        if m and "runtime disabled" not in m and not m.endswith("because:") and m not in reasons:
-            reasons.append(m)
-    return " ".join(reasons)[:300]
 
 
 def torch_rows(torch, lib, args, prec, b, hq, hkv, d, n, kv_bytes, device):
@@ -121,18 +107,9 @@ def torch_rows(torch, lib, args, prec, b, hq, hkv, d, n, kv_bytes, device):
                 torch.cuda.synchronize()
                 err = max((o[bi, h, 0].double() - w).abs().max().item() for (bi, h), w in zip(picks, want))
                 del o
-                for _ in range(args.warmup):
-                    fn()
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                times = []
-                for _ in range(args.repeats):
-                    start.record()
-                    fn()
-                    stop.record()
-                    stop.synchronize()
-                    times.append(start.elapsed_time(stop))
-            ms = median(times)
-            row.update(median_ms=f"{ms:.6g}", repeats=args.repeats, tbps=f"{kv_bytes / (ms * 1e-3) / 1e12:.4g}",
+                # Exactly args.repeats timed runs: as many at least as at most, whatever the time.
+                ms, reps = timed(torch, fn, args.warmup, args.repeats, args.repeats, 0.0)
+            row.update(median_ms=f"{ms:.6g}", repeats=reps, tbps=f"{kv_bytes / (ms * 1e-3) / 1e12:.4g}",
                        max_abs_err=f"{err:.3g}", status="measured")
         except torch.cuda.OutOfMemoryError as e:
             row.update(status="skipped", note="out of memory: " + str(e).split("\n")[0][:160])
@@ -151,8 +128,7 @@ def torch_rows(torch, lib, args, prec, b, hq, hkv, d, n, kv_bytes, device):
 def plot(path, check):
     """TB/s vs cache length, one line per implementation and shape, from a sweep's CSV."""
     import os
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import report
+    import report  # the benchmark's own chart, from this folder
     with open(path, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] == "measured" and r["tbps"]]
     colours = {"09_split_kv_decoding": "#6a3d9a", "sdpa_cudnn": "#1f77b4", "sdpa_flash": "#2ca02c",

@@ -10,6 +10,17 @@
 #include "common/random.h"
 #include "common/reference.h"
 
+namespace {
+
+// Q, K and V into the caller's buffers, which have room for them.
+void copy_out(const fa::AttentionInputs& in, float* q, float* k, float* v) {
+  std::copy(in.q.begin(), in.q.end(), q);
+  std::copy(in.k.begin(), in.k.end(), k);
+  std::copy(in.v.begin(), in.v.end(), v);
+}
+
+}  // namespace
+
 extern "C" {
 
 /// Fills q ([B, H, Nq, d]), k and v ([B, H, Nkv, d]) with fa::random_inputs(seed,
@@ -18,10 +29,7 @@ int fa_inputs_fill(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, 
                    float magnitude, float* q, float* k, float* v) {
   try {
     const fa::AttentionProblem p = fa::make_problem(batch, heads, seq_q, seq_kv, dim);
-    const fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
-    std::copy(in.q.begin(), in.q.end(), q);
-    std::copy(in.k.begin(), in.k.end(), k);
-    std::copy(in.v.begin(), in.v.end(), v);
+    copy_out(fa::random_inputs(p, seed, magnitude), q, k, v);
     return 0;
   } catch (const std::exception&) {
     return -1;
@@ -50,10 +58,7 @@ int fa_decode_inputs_fill(int64_t batch, int64_t q_heads, int64_t kv_heads, int6
   try {
     const fa::DecodeProblem p =
         fa::make_decode_problem(batch, q_heads, kv_heads, seq_q, seq_kv, {}, dim, 0.0, false, fa::DType::F32);
-    const fa::AttentionInputs in = fa::random_decode_inputs(p, seed, magnitude);
-    std::copy(in.q.begin(), in.q.end(), q);
-    std::copy(in.k.begin(), in.k.end(), k);
-    std::copy(in.v.begin(), in.v.end(), v);
+    copy_out(fa::random_decode_inputs(p, seed, magnitude), q, k, v);
     return 0;
   } catch (const std::exception&) {
     return -1;

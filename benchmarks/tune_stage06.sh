@@ -6,6 +6,8 @@
 set -uo pipefail
 out=${1:-/tmp/tune06}
 mkdir -p "$out"
+# shellcheck source=benchmarks/tune_lib.sh
+source "$(dirname "$0")/tune_lib.sh"
 # name : compile flags
 variants=(
   "base:"
@@ -17,14 +19,7 @@ variants=(
   "br128_min2:-DFA06_BR=128 -DFA06_MIN_BLOCKS=2"
   "bc128:-DFA06_BC=128"
 )
-for v in "${variants[@]}"; do
-  name=${v%%:*} flags=${v#*:}
-  (cmake -S . -B "$out/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_TESTS=OFF -DFA_BUILD_DOCS=OFF \
-     -DCMAKE_CUDA_FLAGS="$flags -Xptxas -v" > "$out/$name.configure.log" 2>&1 &&
-   cmake --build "$out/$name" --target stage06_tensor_cores -j 4 > "$out/$name.build.log" 2>&1 ||
-   echo "$name: build failed (see $out/$name.build.log)") &
-done
-wait
+build_variants "$out" stage06_tensor_cores
 shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"
         "--batch 1 --heads 16 --seq-q 16384 --seq-kv 16384 --dim 128"
         "--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64 --causal")

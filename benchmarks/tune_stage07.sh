@@ -8,6 +8,8 @@
 set -uo pipefail
 out=${1:-/tmp/tune07}
 mkdir -p "$out"
+# shellcheck source=benchmarks/tune_lib.sh
+source "$(dirname "$0")/tune_lib.sh"
 # name : compile flags
 variants=(
   "final:"
@@ -24,16 +26,7 @@ variants=(
   "bc128:-DFA07_BC=128"
   "min1:-DFA07_MIN_BLOCKS=1"
 )
-for v in "${variants[@]}"; do
-  name=${v%%:*} flags=${v#*:}
-  targets=(--target stage07_memory_pipeline)
-  [ "$name" = final ] && targets+=(--target stage06_tensor_cores)
-  (cmake -S . -B "$out/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_TESTS=OFF -DFA_BUILD_DOCS=OFF \
-     -DCMAKE_CUDA_FLAGS="$flags -Xptxas -v" > "$out/$name.configure.log" 2>&1 &&
-   cmake --build "$out/$name" "${targets[@]}" -j 4 > "$out/$name.build.log" 2>&1 ||
-   echo "$name: build failed (see $out/$name.build.log)") &
-done
-wait
+build_variants "$out" stage07_memory_pipeline stage06_tensor_cores  # stage 06 with "final"
 shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"
         "--batch 1 --heads 16 --seq-q 16384 --seq-kv 16384 --dim 128"
         "--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64 --causal"
@@ -52,8 +45,7 @@ for v in "${variants[@]}"; do
   bin="$out/$name/bin/stage07_memory_pipeline"
   [ -x "$bin" ] || continue
   for d in 64 128; do
-    line=$(grep -A2 "pipelined_kernelI6__halfLi${d}E" "$out/$name.build.log" | tr '\n' ' ')
-    echo "$name: d=$d $(echo "$line" | grep -o 'Used [0-9]* registers') $(echo "$line" | grep -o '[0-9]* bytes spill stores')"
+    echo "$name: d=$d $(ptxas_usage "$out/$name.build.log" "pipelined_kernelI6__halfLi${d}E")"
   done
   run "$name" "$bin"
 done

@@ -7,6 +7,8 @@
 set -uo pipefail
 out=${1:-/tmp/tune09}
 mkdir -p "$out"
+# shellcheck source=benchmarks/tune_lib.sh
+source "$(dirname "$0")/tune_lib.sh"
 # name : compile flags
 variants=(
   "final:"
@@ -15,14 +17,7 @@ variants=(
   "blocks2:-DFA09_BLOCKS_PER_SM=2"
   "blocks8:-DFA09_BLOCKS_PER_SM=8"
 )
-for v in "${variants[@]}"; do
-  name=${v%%:*} flags=${v#*:}
-  (cmake -S . -B "$out/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_TESTS=OFF -DFA_BUILD_DOCS=OFF \
-     -DCMAKE_CUDA_FLAGS="$flags -Xptxas -v" > "$out/$name.configure.log" 2>&1 &&
-   cmake --build "$out/$name" --target stage09_split_kv_decoding -j 4 > "$out/$name.build.log" 2>&1 ||
-   echo "$name: build failed (see $out/$name.build.log)") &
-done
-wait
+build_variants "$out" stage09_split_kv_decoding
 shapes=("--batch 1 --heads 32 --seq-kv 32768" "--batch 1 --heads 32 --seq-kv 131072"
         "--batch 16 --heads 32 --kv-heads 8 --seq-kv 32768")
 run() {  # name binary [extra flags]
@@ -38,8 +33,7 @@ for v in "${variants[@]}"; do
   bin="$out/$name/bin/stage09_split_kv_decoding"
   [ -x "$bin" ] || continue
   for rows in 1 4; do
-    line=$(grep -A2 "split_kernelI6__halfLi128ELi${rows}E" "$out/$name.build.log" | tr '\n' ' ')
-    echo "$name: $rows row(s) a block: $(echo "$line" | grep -o 'Used [0-9]* registers') $(echo "$line" | grep -o '[0-9]* bytes spill stores')"
+    echo "$name: $rows row(s) a block: $(ptxas_usage "$out/$name.build.log" "split_kernelI6__halfLi128ELi${rows}E")"
   done
   run "$name" "$bin"
 done

@@ -25,21 +25,14 @@ double DecodeProblem::flops() const {
 DecodeProblem make_decode_problem(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq_q,
                                   int64_t max_seq_kv, std::vector<int64_t> kv_lens, int64_t dim, double scale,
                                   bool causal, DType dtype) {
-  const auto positive = [](const char* name, int64_t v) {
-    if (v < 1) throw InputError(std::string(name) + " must be at least 1, got " + std::to_string(v));
-  };
-  positive("batch", batch);
-  positive("heads", q_heads);
-  positive("kv-heads", kv_heads);
-  positive("seq-q", seq_q);
-  positive("seq-kv", max_seq_kv);
+  // make_problem() owns the size, head-dimension and scale rules: the problem of every query
+  // head against the cache's capacity must pass them.
+  const AttentionProblem shape = make_problem(batch, q_heads, seq_q, max_seq_kv, dim, scale, false, dtype);
+  if (kv_heads < 1) throw InputError("kv-heads must be at least 1, got " + std::to_string(kv_heads));
   if (q_heads % kv_heads != 0) {
     throw InputError("heads (" + std::to_string(q_heads) + ") must be a multiple of kv-heads (" +
                      std::to_string(kv_heads) + "): each KV head serves a whole group of query heads");
   }
-  // make_problem() owns the head-dimension, size and scale rules; a problem of one query
-  // head per KV head and the cache's capacity must pass them too.
-  const AttentionProblem shape = make_problem(batch, q_heads, seq_q, max_seq_kv, dim, scale, false, dtype);
   if (kv_lens.empty()) kv_lens.assign(static_cast<std::size_t>(batch), max_seq_kv);
   if (static_cast<int64_t>(kv_lens.size()) != batch) {
     throw InputError("kv-lens has " + std::to_string(kv_lens.size()) + " lengths for " + std::to_string(batch) +

@@ -123,6 +123,21 @@ __device__ __forceinline__ float weight(float m_part, float m) {
   return m_part == -INFINITY ? 0.0f : __expf(m_part - m);
 }
 
+/**
+ * Stage 02's merge of `n` parts of one output element, used for the warps of a block and
+ * for the splits of a row: part i has statistics stats[i·stats_stride] and partial output
+ * acc[i·acc_stride]. Sets *total to the merged (m, l) and returns Σ acc_i·e^(m_i − m).
+ */
+__device__ __forceinline__ float merge_parts(int n, const Stats* stats, int64_t stats_stride, const float* acc,
+                                             int64_t acc_stride, Stats* total) {
+  Stats t = online::empty_stats();
+  for (int i = 0; i < n; ++i) t = online::merge(t, stats[i * stats_stride]);
+  float o = 0.0f;
+  for (int i = 0; i < n; ++i) o += acc[i * acc_stride] * weight(stats[i * stats_stride].m, t.m);
+  *total = t;
+  return o;
+}
+
 /// The final row: O = acc / l and lse = m + log l.
 template <typename T>
 __device__ __forceinline__ void write_row(T* O, float* lse, int64_t row, int c, int D, float acc, Stats total) {
@@ -271,10 +286,8 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
   __syncthreads();
   for (int idx = threadIdx.x; idx < rows * D; idx += THREADS) {
     const int r = idx / D, c = idx % D;
-    Stats total = online::empty_stats();
-    for (int w = 0; w < WARPS; ++w) total = online::merge(total, warp_stats[w][r]);
-    float o = 0.0f;
-    for (int w = 0; w < WARPS; ++w) o += warp_acc[w][r][c] * weight(warp_stats[w][r].m, total.m);
+    Stats total;
+    const float o = merge_parts(WARPS, &warp_stats[0][r], ROWS, &warp_acc[0][r][c], ROWS * D, &total);
     const int64_t row = row0 + r;
     if (prm.splits == 1) {
       write_row<T>(O, lse, row, c, D, o, total);
@@ -299,13 +312,8 @@ __global__ void merge_kernel(const float* __restrict__ part_acc, const Stats* __
   const int c = static_cast<int>(idx % D);
   const int b = static_cast<int>(row / (static_cast<int64_t>(prm.q_heads) * prm.seq_q));
   const int used = (kv_lens[b] + prm.chunk - 1) / prm.chunk;  // splits that reached this sequence
-  Stats total = online::empty_stats();
-  for (int s = 0; s < used; ++s) total = online::merge(total, part_stats[s * prm.total_rows + row]);
-  float o = 0.0f;
-  for (int s = 0; s < used; ++s) {
-    const int64_t part = s * prm.total_rows + row;
-    o += part_acc[part * D + c] * weight(part_stats[part].m, total.m);
-  }
+  Stats total;
+  const float o = merge_parts(used, part_stats + row, prm.total_rows, part_acc + row * D + c, prm.total_rows * D, &total);
   write_row<T>(O, lse, row, c, D, o, total);
 }
 
