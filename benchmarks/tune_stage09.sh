@@ -12,6 +12,9 @@ source "$(dirname "$0")/tune_lib.sh"
 # name : compile flags
 variants=(
   "final:"
+  "cuda_cores:-DFA09_MMA_MIN_ROWS=1000"  # grouped queries on CUDA cores, 4 rows a block
+  "mma_all:-DFA09_MMA_MIN_ROWS=1"        # one row on the tensor cores too, 15 of 16 rows padding
+  "no_pdl:-DFA09_PDL=0"                  # the merge kernel launched after the split kernel ends
   "unroll2:-DFA09_UNROLL=2"
   "unroll8:-DFA09_UNROLL=8"
   "blocks2:-DFA09_BLOCKS_PER_SM=2"
@@ -35,9 +38,10 @@ for v in "${variants[@]}"; do
   for rows in 1 4; do
     echo "$name: $rows row(s) a block: $(ptxas_usage "$out/$name.build.log" "split_kernelI6__halfLi128ELi${rows}E")"
   done
+  echo "$name: 16 rows a block, tensor cores: $(ptxas_usage "$out/$name.build.log" "split_kernel_mmaI6__halfLi128E")"
   run "$name" "$bin"
 done
-for splits in 1 4 8 16 32 64; do
+for splits in 1 2 3 4 8 16 32; do
   run "splits=$splits" "$out/final/bin/stage09_split_kv_decoding" "--splits $splits"
 done
 if command -v ncu > /dev/null; then
@@ -50,9 +54,9 @@ if command -v ncu > /dev/null; then
   done
   m=$m,smsp__inst_executed.sum,dram__bytes_read.sum,gpu__time_duration.sum
   for s in "--batch 1 --heads 32 --seq-kv 32768" "--batch 16 --heads 32 --kv-heads 8 --seq-kv 32768"; do
-    echo "== ncu split_kernel, $s --dim 128"
+    echo "== ncu split kernel, then merge kernel: $s --dim 128"
     # shellcheck disable=SC2086
-    ncu --metrics "$m" --launch-count 1 -k regex:split_kernel "$out/final/bin/stage09_split_kv_decoding" $s --dim 128 \
+    ncu --metrics "$m" --launch-count 2 -k regex:"split_kernel|merge_kernel" "$out/final/bin/stage09_split_kv_decoding" $s --dim 128 \
       --repeats 1 --warmup 0 --no-check 2>&1 | grep -E "sm__|smsp__|dram__|gpu__" | sed 's/^ *//'
   done
 fi

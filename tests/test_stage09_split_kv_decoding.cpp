@@ -72,12 +72,17 @@ const std::vector<fa::DType>& all_dtypes() {
 TEST_CASE("stage 09: ragged cache lengths, uneven splits, every head dim and precision", "[stage09]") {
   // Lengths 1 and 1000 in one batch; split counts 1 (no merge), 3 and 7 (dividing none of
   // the lengths), and the automatic choice.
+  // One query head per KV head (one row: CUDA cores) and three (three rows: tensor cores
+  // in fp16 and bf16, with 13 zero rows of padding).
   uint64_t seed = 900;
   for (fa::DType dtype : all_dtypes()) {
     for (int64_t d : fa::supported_head_dims()) {
-      for (int64_t splits : {0, 1, 3, 7}) {
-        const fa::DecodeProblem p = fa::make_decode_problem(4, 2, 2, 1, 1000, {1, 37, 1000, 300}, d, 0.0, false, dtype);
-        require_passed(p, splits, run_and_check(p, splits, ++seed));
+      for (int64_t hq : {2, 6}) {
+        for (int64_t splits : {0, 1, 3, 7}) {
+          const fa::DecodeProblem p =
+              fa::make_decode_problem(4, hq, 2, 1, 1000, {1, 37, 1000, 300}, d, 0.0, false, dtype);
+          require_passed(p, splits, run_and_check(p, splits, ++seed));
+        }
       }
     }
   }
@@ -87,7 +92,7 @@ TEST_CASE("stage 09: grouped-query attention, groups of 1, 4 and 8, several new 
   uint64_t seed = 1900;
   for (fa::DType dtype : all_dtypes()) {
     for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {8, 1}}) {
-      for (int64_t nq : {1, 3}) {  // 3 new queries: G·Nq rows of 3, 12 and 24 (row groups of 4)
+      for (int64_t nq : {1, 3}) {  // G·Nq rows of 1 to 24: one or two row groups of 16 (4 in fp32)
         for (int64_t d : {64, 128}) {
           const fa::DecodeProblem p = fa::make_decode_problem(2, hq, hkv, nq, 517, {517, 130}, d, 0.0, false, dtype);
           require_passed(p, 5, run_and_check(p, 5, ++seed));
@@ -135,10 +140,18 @@ TEST_CASE("stage 09's plan: splits from the shape, none left empty", "[stage09][
   if (fa::is_cpu_backend()) CHECK((a.splits + 1) * 32 > 132 * FA09_BLOCKS_PER_SM);  // a GPU may fit fewer
   CHECK(a.splits * a.chunk >= 32768);
   CHECK((a.splits - 1) * a.chunk < 32768);
+  // Grouped queries go to the tensor cores in fp16 and bf16 (16 rows a block), to CUDA cores
+  // in fp32 (4 rows a block).
   const fa::DecodeProblem gqa = fa::make_decode_problem(16, 32, 8, 1, 32768, {}, 128);
   const fa::decode::Plan g = fa::decode::make_plan(gqa, 132);
-  CHECK(g.rows_per_block == 4);
+  CHECK(g.rows_per_block == fa::decode::MMA_ROWS);
+  CHECK(fa::decode::uses_tensor_cores(g));
   CHECK(g.row_groups == 1);
+  const fa::DecodeProblem gqa32 = fa::make_decode_problem(16, 32, 8, 1, 32768, {}, 128, 0.0, false, fa::DType::F32);
+  CHECK(fa::decode::make_plan(gqa32, 132).rows_per_block == 4);
+  const fa::DecodeProblem many = fa::make_decode_problem(1, 8, 1, 5, 1000, {}, 64);  // 40 rows
+  CHECK(fa::decode::make_plan(many, 132).row_groups == 3);
+  CHECK(!fa::decode::uses_tensor_cores(a));
   // Short caches keep at least MIN_CHUNK keys a split; a forced count is capped by the length.
   const fa::DecodeProblem short_cache = fa::make_decode_problem(1, 1, 1, 1, 300, {}, 64);
   CHECK(fa::decode::make_plan(short_cache, 132).splits == 1);

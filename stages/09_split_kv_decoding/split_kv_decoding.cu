@@ -30,11 +30,14 @@
  *   query rows, so the parallelism must come from the keys;
  * - a block serves every query head of its KV head (G = Hq/Hkv of them, and Nq queries
  *   each), so each cache row is read from HBM once, not G times;
- * - no shared-memory tiles: with so few rows a K or V value is used by only G·Nq FMAs, so
- *   each lane loads 16 bytes of a key row straight into registers, UNROLL loads of K and
- *   of V in flight, and the lanes of a row add their partial dot products by shuffles;
+ * - no shared-memory tiles: each lane loads 16 bytes of a key row straight into registers;
+ * - two split kernels, chosen by the plan: on CUDA cores for one row (and in fp32), where a
+ *   K or V value feeds one FMA and shuffles add the lanes' partial dot products; on tensor
+ *   cores (stage 06's mma.sync) for fp16 and bf16 with several rows, where a value feeds
+ *   G·Nq of them and CUDA cores would run out of issue slots first;
  * - each sequence has its own cache length, and the causal mask is aligned bottom-right;
- * - a second kernel merges the splits (skipped when there is one).
+ * - a second kernel merges the splits (skipped when there is one), launched early with
+ *   programmatic dependent launch so that its launch hides behind the split kernel's end.
  * Cost: workspace of splits·B·Hq·Nq·(d + 2) floats. HBM traffic: K and V of the live cache
  * once, plus Q, O and that workspace. It is bandwidth-bound: the figure of merit is TB/s.
  *
@@ -49,11 +52,13 @@
 #include <algorithm>
 #include <climits>
 #include <sstream>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/errors.h"
 #include "common/head_dim.h"
 #include "stages/02_online_softmax/online_softmax.h"
+#include "stages/06_tensor_cores/mma.cuh"
 
 namespace fa::decode {
 
@@ -145,7 +150,40 @@ __device__ __forceinline__ void write_row(T* O, float* lse, int64_t row, int c, 
   if (lse && c == 0) lse[row] = total.m + logf(total.l);
 }
 
-// ---- the split kernel ------------------------------------------------------------------
+/// Lets the merge kernel be launched now (programmatic dependent launch; see launch()): it
+/// waits for this kernel's results by itself. A no-op on the CPU backend.
+__device__ __forceinline__ void allow_merge_launch() {
+#if !FA_CPU_BACKEND && FA09_PDL
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+/**
+ * The end of a split block: the WARPS warps' partial results for its `rows` rows (from
+ * row `row0` on), in shared memory as acc[warp][row][column] and stats[warp][row], merged
+ * by stage 02's rule; then either the final rows (one split) or this split's part of the
+ * workspace. Called by every thread of the block after a __syncthreads().
+ */
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void merge_warps(const float* acc, const Stats* stats, int rows, int64_t row0, int split,
+                                            const Params& prm, T* O, float* lse, float* part_acc,
+                                            Stats* part_stats) {
+  for (int idx = threadIdx.x; idx < rows * D; idx += THREADS) {
+    const int r = idx / D, c = idx % D;
+    Stats total;
+    const float o = merge_parts(WARPS, stats + r, ROWS, acc + r * D + c, ROWS * D, &total);
+    const int64_t row = row0 + r;
+    if (prm.splits == 1) {
+      write_row<T>(O, lse, row, c, D, o, total);
+    } else {
+      const int64_t part = split * prm.total_rows + row;
+      part_acc[part * D + c] = o;
+      if (c == 0) part_stats[part] = total;
+    }
+  }
+}
+
+// ---- the split kernel on CUDA cores (one row, or fp32) -------------------------------
 
 /// One block: the keys of split blockIdx.y of one KV head for up to ROWS of its query rows
 /// (blockIdx.x = KV head · row groups + row group); see the file comment.
@@ -160,6 +198,7 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
   constexpr int WARP_KEYS = KEYS * UNROLL;  // keys a warp takes per iteration
   constexpr unsigned FULL = 0xffffffffu;
 
+  allow_merge_launch();
   const int kv_head = blockIdx.x / prm.row_groups;       // b·Hkv + hkv
   const int r0 = blockIdx.x % prm.row_groups * ROWS;     // first of this block's rows
   const int rows = min(ROWS, prm.rows - r0);
@@ -284,19 +323,224 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
     if (lane == 0) warp_stats[warp][r] = Stats{m[r], l[r]};
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < rows * D; idx += THREADS) {
-    const int r = idx / D, c = idx % D;
-    Stats total;
-    const float o = merge_parts(WARPS, &warp_stats[0][r], ROWS, &warp_acc[0][r][c], ROWS * D, &total);
-    const int64_t row = row0 + r;
-    if (prm.splits == 1) {
-      write_row<T>(O, lse, row, c, D, o, total);
-    } else {
-      const int64_t part = split * prm.total_rows + row;
-      part_acc[part * D + c] = o;
-      if (c == 0) part_stats[part] = total;
+  merge_warps<T, D, ROWS>(&warp_acc[0][0][0], &warp_stats[0][0], rows, row0, split, prm, O, lse, part_acc, part_stats);
+}
+
+// ---- the tensor-core split kernel (fp16 and bf16, several rows) ------------------------
+//
+// With G·Nq rows a K or V value feeds G·Nq multiply-adds, and on CUDA cores the kernel above
+// runs out of issue slots before HBM runs out of bytes (the lesson shows the counters). So
+// for fp16 and bf16 with more than one row the two products go to the tensor cores, as in
+// stage 06: one m16n8k16 tile holds 16 query rows (the block's rows, padded with zeros),
+// and each warp takes 16 keys a step. S = Q·Kᵀ is two 16×8 tiles, P stays in registers, and
+// O += P·V adds to a 16×d accumulator.
+//
+// There is no shared-memory staging: each lane loads the pieces of K and V that its
+// fragments need straight from HBM, 16 bytes at a time (fewer at d = 16 and 32). Two
+// freedoms make that possible:
+// - Q·Kᵀ sums over d, so d may be visited in any order, as long as Q and K use the same
+//   one. Lane (g, t) holds, of each 16-wide k-step, the columns 2t, 2t+1, 2t+8, 2t+9 (four
+//   16-bit values: b0, b1); here they are taken from 4 consecutive elements, so two
+//   k-steps' worth are 8 consecutive elements of a key row: one 16-byte load.
+// - O's columns may be numbered in any order, as long as the final write puts them back.
+//   For P·V lane (g, t) needs column g of every 8-column n-tile of V; numbering them so that
+//   those are consecutive elements of a V row makes them 16-byte loads too.
+// V's B fragment pairs two keys in one register (keys 2t and 2t+1), which sit in different
+// rows of V: each register is put together from two loads with a shift and a mask.
+
+/// `WORDS` (1, 2 or 4) 32-bit words from `src`, or zeros when `ok` is false.
+template <int WORDS>
+__device__ __forceinline__ void load_words(const void* src, bool ok, uint32_t* w) {
+  if constexpr (WORDS == 4) {
+    const uint4 x = ok ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+    w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+  } else if constexpr (WORDS == 2) {
+    const uint2 x = ok ? *static_cast<const uint2*>(src) : make_uint2(0, 0);
+    w[0] = x.x, w[1] = x.y;
+  } else {
+    w[0] = ok ? *static_cast<const uint32_t*>(src) : 0u;
+  }
+}
+
+/// The 16-bit halves number `half` (0: low, 1: high) of `lo` and `hi`, in one register.
+__device__ __forceinline__ uint32_t pair_halves(uint32_t lo, uint32_t hi, int half) {
+  return half == 0 ? (lo & 0xffffu) | (hi << 16) : (lo >> 16) | (hi & 0xffff0000u);
+}
+
+/**
+ * Where the elements of Q, K and V that a lane loads sit in a row of d.
+ * - K (and Q): lane t of a quad reads D/4 elements of a row, in loads of KW words (2·KW
+ *   elements). Load i starts at element i·8·KW + t·2·KW; its words are, in order, b0 and b1
+ *   of k-step i·KW/2, then (when KW = 4) b0 and b1 of the next k-step.
+ * - V: lane g reads D/8 elements of a row, in loads of VW words (2·VW elements). Element e
+ *   of its run is column g of n-tile e, at e / (2·VW) · 16·VW + g·2·VW + e % (2·VW).
+ */
+template <int D>
+struct MmaLayout {
+  static constexpr int KW = D >= 32 ? 4 : 2;        ///< words per K load
+  static constexpr int KLOADS = D / 8 / KW;         ///< K loads per key row and lane
+  static constexpr int VW = D >= 64 ? 4 : D / 16;   ///< words per V load
+  static constexpr int VLOADS = D / 16 / VW;        ///< V loads per key row and lane
+  /// First element of K (or Q) load i of lane t.
+  static __device__ __forceinline__ int k_at(int t, int i) { return i * 8 * KW + t * 2 * KW; }
+  /// First element of V load i of lane g.
+  static __device__ __forceinline__ int v_at(int g, int i) { return i * 16 * VW + g * 2 * VW; }
+  /// The column of d that O's n-tile j, column c (0..7), stands for.
+  static __device__ __forceinline__ int o_column(int j, int c) {
+    return j / (2 * VW) * 16 * VW + c * 2 * VW + j % (2 * VW);
+  }
+};
+
+/// One block: the keys of split blockIdx.y of one KV head for up to 16 of its query rows,
+/// on tensor cores (T is __half or __nv_bfloat16); see the comment above.
+template <typename T, int D>
+__global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
+    split_kernel_mma(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                     const int* __restrict__ kv_lens, Params prm, T* __restrict__ O, float* __restrict__ lse,
+                     float* __restrict__ part_acc, Stats* __restrict__ part_stats) {
+  using L = MmaLayout<D>;
+  constexpr int ROWS = MMA_ROWS;  // the rows of an m16n8k16 tile
+  constexpr int STEP = 16;        // keys a warp takes per step: the k of P·V
+  constexpr int KSTEPS = D / 16;  // k-steps of Q·Kᵀ
+  constexpr int NTILES = D / 8;   // n-tiles of P·V
+  constexpr unsigned FULL = 0xffffffffu;
+
+  allow_merge_launch();
+  const int kv_head = blockIdx.x / prm.row_groups;
+  const int r0 = blockIdx.x % prm.row_groups * ROWS;
+  const int rows = min(ROWS, prm.rows - r0);
+  const int split = blockIdx.y;
+  const int b = kv_head / prm.kv_heads;
+  const int len = kv_lens[b];
+  const int begin = split * prm.chunk;
+  if (begin >= len) return;
+  const int end = min(begin + prm.chunk, len);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(kv_head) * prm.rows + r0;
+
+  // Q's A fragments, for rows g and g + 8 of the tile (h = 0, 1); rows past `rows` are zero.
+  uint32_t qa[KSTEPS][4];
+  int limit[2];  // keys j < limit[h] are visible to row g + 8h
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    limit[h] = end;  // this split's keys; the causal mask may end a row's keys sooner
+    if (r < rows && prm.causal) limit[h] = min(end, len - prm.seq_q + (r0 + r) % prm.seq_q + 1);
+#pragma unroll
+    for (int i = 0; i < L::KLOADS; ++i) {
+      uint32_t w[L::KW];
+      load_words<L::KW>(Q + (row0 + r) * D + L::k_at(t, i), r < rows, w);
+#pragma unroll
+      for (int u = 0; u < L::KW; u += 2) {  // two words a k-step: columns 2t.. and 2t+8..
+        const int ks = i * L::KW / 2 + u / 2;
+        qa[ks][h] = w[u], qa[ks][2 + h] = w[u + 1];
+      }
     }
   }
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 (l: this lane's keys)
+  float acc[NTILES][4];
+#pragma unroll
+  for (int j = 0; j < NTILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  const int64_t head = static_cast<int64_t>(kv_head) * prm.max_seq_kv * D;
+  const T* Kh = K + head;
+  const T* Vh = V + head;
+  for (int first = begin + warp * STEP; first < end; first += WARPS * STEP) {
+    // K rows first + g (n-tile 0) and first + 8 + g (n-tile 1): this lane's columns of each.
+    uint32_t kw[2][KSTEPS * 2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int j = first + 8 * n + g;
+#pragma unroll
+      for (int i = 0; i < L::KLOADS; ++i) {
+        load_words<L::KW>(Kh + static_cast<int64_t>(j) * D + L::k_at(t, i), j < end, &kw[n][i * L::KW]);
+      }
+    }
+    // V rows first + 2t, 2t + 1, 2t + 8, 2t + 9: the keys of this lane's B registers.
+    uint32_t vw[4][NTILES / 2];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const int j = first + 2 * t + (v & 1) + 8 * (v >> 1);
+#pragma unroll
+      for (int i = 0; i < L::VLOADS; ++i) {
+        load_words<L::VW>(Vh + static_cast<int64_t>(j) * D + L::v_at(g, i), j < end, &vw[v][i * L::VW]);
+      }
+    }
+
+    // S = Q·Kᵀ for these 16 keys: s[n][0..1] row g, s[n][2..3] row g + 8, keys 8n + 2t, 8n + 2t + 1.
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) tc::mma_m16n8k16<T>(s[n], qa[ks], kw[n][2 * ks], kw[n][2 * ks + 1]);
+    }
+    // Scale and mask, then the online softmax of rows g and g + 8 (a row lives in a quad).
+    float p[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = first + 8 * n + 2 * t + e;
+          float& x = s[n][2 * h + e];
+          x = j < limit[h] ? x * prm.scale : -INFINITY;
+          tile_max = fmaxf(tile_max, x);
+        }
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(FULL, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(FULL, tile_max, 2));
+      const float m_new = fmaxf(m[h], tile_max);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: every p is 0
+      const float alpha = __expf(m[h] - m_use);              // 0 when m was −inf
+      m[h] = m_new;
+      l[h] *= alpha;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          p[n][2 * h + e] = __expf(s[n][2 * h + e] - m_use);
+          l[h] += p[n][2 * h + e];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NTILES; ++j) acc[j][2 * h] *= alpha, acc[j][2 * h + 1] *= alpha;
+    }
+    // O += P·V: the two S tiles, rounded to T, are P's A fragment (stage 06's reuse).
+    const uint32_t pa[4] = {tc::pack2<T>(p[0][0], p[0][1]), tc::pack2<T>(p[0][2], p[0][3]),
+                            tc::pack2<T>(p[1][0], p[1][1]), tc::pack2<T>(p[1][2], p[1][3])};
+#pragma unroll
+    for (int j = 0; j < NTILES; ++j) {
+      const int w = j / 2, half = j % 2;  // n-tile j is element j of this lane's V run
+      tc::mma_m16n8k16<T>(acc[j], pa, pair_halves(vw[0][w], vw[1][w], half), pair_halves(vw[2][w], vw[3][w], half));
+    }
+  }
+
+  // The four lanes of a quad hold different keys of a row under the same m: their l adds.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(FULL, l[h], 1);
+    l[h] += __shfl_xor_sync(FULL, l[h], 2);
+  }
+  // The warps read different keys under different m: stage 02's merge, columns put back in order.
+  __shared__ float warp_acc[WARPS][ROWS][D];
+  __shared__ Stats warp_stats[WARPS][ROWS];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int j = 0; j < NTILES; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) warp_acc[warp][g + 8 * h][L::o_column(j, 2 * t + e)] = acc[j][2 * h + e];
+    }
+    if (t == 0) warp_stats[warp][g + 8 * h] = Stats{m[h], l[h]};
+  }
+  __syncthreads();
+  merge_warps<T, D, ROWS>(&warp_acc[0][0][0], &warp_stats[0][0], rows, row0, split, prm, O, lse, part_acc, part_stats);
 }
 
 // ---- the merge kernel ------------------------------------------------------------------
@@ -306,6 +550,11 @@ template <typename T, int D>
 __global__ void merge_kernel(const float* __restrict__ part_acc, const Stats* __restrict__ part_stats,
                              const int* __restrict__ kv_lens, Params prm, T* __restrict__ O,
                              float* __restrict__ lse) {
+#if !FA_CPU_BACKEND && FA09_PDL
+  // Launched early (programmatic dependent launch, see launch()): wait here until the split
+  // kernel has finished and its partial results are visible.
+  cudaGridDependencySynchronize();
+#endif
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= prm.total_rows * D) return;
   const int64_t row = idx / D;
@@ -340,21 +589,37 @@ Params make_params(const DecodeProblem& p, const Plan& plan) {
   return prm;
 }
 
-template <typename T, int D, int ROWS>
-void launch(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
+// Launches `kernel` (a split kernel for T and D) on the plan's grid, then the merge kernel.
+template <typename T, int D, typename Kernel>
+void launch(Kernel kernel, const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
             const int* kv_lens, void* O, float* lse, void* workspace) {
   const Params prm = make_params(p, plan);
   float* part_acc = static_cast<float*>(workspace);  // [splits, B·Hq·Nq, d], then [splits, B·Hq·Nq] stats
   Stats* part_stats = workspace ? reinterpret_cast<Stats*>(part_acc + plan.splits * p.rows() * D) : nullptr;
   const dim3 grid(static_cast<unsigned>(plan.row_groups * p.batch * p.kv_heads), static_cast<unsigned>(plan.splits));
-  split_kernel<T, D, ROWS><<<grid, THREADS>>>(static_cast<const T*>(Q), static_cast<const T*>(K),
-                                              static_cast<const T*>(V), kv_lens, prm, static_cast<T*>(O), lse,
-                                              part_acc, part_stats);
+  kernel<<<grid, THREADS>>>(static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), kv_lens,
+                            prm, static_cast<T*>(O), lse, part_acc, part_stats);
   FA_CHECK_LAUNCH("split_kernel");
   if (plan.splits > 1) {
-    const int64_t blocks = (p.rows() * D + MERGE_THREADS - 1) / MERGE_THREADS;
-    merge_kernel<T, D><<<static_cast<unsigned>(blocks), MERGE_THREADS>>>(part_acc, part_stats, kv_lens, prm,
-                                                                        static_cast<T*>(O), lse);
+    const auto blocks = static_cast<unsigned>((p.rows() * D + MERGE_THREADS - 1) / MERGE_THREADS);
+#if !FA_CPU_BACKEND && FA09_PDL
+    // Programmatic dependent launch (compute capability 9.0): the merge kernel may be
+    // launched before the split kernel ends, so its launch overlaps the split kernel's last
+    // blocks instead of following them; it waits for their results itself
+    // (cudaGridDependencySynchronize). Older GPUs ignore the attribute.
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(MERGE_THREADS);
+    cudaLaunchAttribute early;
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &early;
+    config.numAttrs = 1;
+    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T, D>, part_acc, static_cast<const Stats*>(part_stats),
+                                     kv_lens, prm, static_cast<T*>(O), lse));
+#else
+    merge_kernel<T, D><<<blocks, MERGE_THREADS>>>(part_acc, part_stats, kv_lens, prm, static_cast<T*>(O), lse);
+#endif
     FA_CHECK_LAUNCH("merge_kernel");
   }
 }
@@ -364,11 +629,6 @@ std::size_t partial_bytes(const DecodeProblem& p, const Plan& plan) {
   if (plan.splits == 1) return 0;
   return static_cast<std::size_t>(plan.splits * p.rows()) * (static_cast<std::size_t>(p.dim) * sizeof(float) + sizeof(Stats));
 }
-
-// Blocks of the split kernel for p's type and head dimension that fit on one SM at once
-// (registers are what limits them). The CPU backend runs one block at a time: there the
-// answer is FA09_BLOCKS_PER_SM, so plans come out as they would on a GPU.
-int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block);
 
 // Calls f(T{}) for the element type of `dtype`.
 template <typename F>
@@ -380,6 +640,19 @@ void with_type(DType dtype, F&& f) {
   }
 }
 
+// Calls f(kernel) with the split kernel for T, D and rows_per_block (1, 4 or MMA_ROWS).
+template <typename T, int D, typename F>
+void with_split_kernel(int rows_per_block, F&& f) {
+  if (rows_per_block == 1) return f(split_kernel<T, D, 1>);
+  if constexpr (!std::is_same<T, float>::value) {
+    if (rows_per_block == MMA_ROWS) return f(split_kernel_mma<T, D>);
+  }
+  f(split_kernel<T, D, 4>);
+}
+
+// Blocks of the split kernel for p's type and head dimension that fit on one SM at once
+// (registers are what limits them). The CPU backend runs one block at a time: there the
+// answer is FA09_BLOCKS_PER_SM, so plans come out as they would on a GPU.
 int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block) {
 #if FA_CPU_BACKEND
   (void)p, (void)rows_per_block;
@@ -388,11 +661,9 @@ int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block) {
   int blocks = 1;
   with_head_dim(p.dim, [&](auto D) {
     with_type(p.dtype, [&](auto type) {
-      using T = decltype(type);
-      constexpr int d = decltype(D)::value;
-      const void* kernel = rows_per_block == 1 ? reinterpret_cast<const void*>(split_kernel<T, d, 1>)
-                                               : reinterpret_cast<const void*>(split_kernel<T, d, 4>);
-      FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, 0));
+      with_split_kernel<decltype(type), decltype(D)::value>(rows_per_block, [&](auto kernel) {
+        FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, 0));
+      });
     });
   });
   return std::max(blocks, 1);
@@ -404,7 +675,8 @@ int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block) {
 Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) {
   Plan plan;
   const int64_t rows = p.group() * p.seq_q;
-  plan.rows_per_block = rows == 1 ? 1 : 4;
+  const bool tensor_cores = p.dtype != DType::F32 && rows >= FA09_MMA_MIN_ROWS;
+  plan.rows_per_block = tensor_cores ? MMA_ROWS : rows == 1 ? 1 : 4;
   plan.row_groups = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
   const int64_t heads = p.batch * p.kv_heads * plan.row_groups;  // blocks per split
   const int64_t longest = p.longest();
@@ -435,7 +707,8 @@ double hbm_bytes_model(const DecodeProblem& p, const Plan& plan) {
 
 std::string describe(const Plan& plan, const DecodeProblem& p) {
   std::ostringstream s;
-  s << plan.rows_per_block << (plan.rows_per_block == 1 ? " row" : " rows") << " a block, " << plan.row_groups
+  s << plan.rows_per_block << (plan.rows_per_block == 1 ? " row" : " rows") << " a block ("
+    << (uses_tensor_cores(plan) ? "tensor cores" : "CUDA cores") << "), " << plan.row_groups
     << (plan.row_groups == 1 ? " group" : " groups") << " per KV head, " << plan.splits
     << (plan.splits == 1 ? " split of " : " splits of ") << plan.chunk << " keys: "
     << plan.blocks() * p.batch * p.kv_heads << " blocks of " << THREADS << " threads"
@@ -449,11 +722,9 @@ void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const vo
     with_type(p.dtype, [&](auto type) {
       using T = decltype(type);
       constexpr int d = decltype(D)::value;
-      if (plan.rows_per_block == 1) {
-        launch<T, d, 1>(p, plan, Q, K, V, kv_lens, O, lse, workspace);
-      } else {
-        launch<T, d, 4>(p, plan, Q, K, V, kv_lens, O, lse, workspace);
-      }
+      with_split_kernel<T, d>(plan.rows_per_block, [&](auto kernel) {
+        launch<T, d>(kernel, p, plan, Q, K, V, kv_lens, O, lse, workspace);
+      });
     });
   });
 }

@@ -28,11 +28,23 @@ constexpr int UNROLL = FA09_UNROLL;  ///< loads of K and of V in flight per lane
 /// Blocks per multiprocessor the compiler must leave registers for, unless the build overrides it.
 #define FA09_MIN_BLOCKS 1
 #endif
+#ifndef FA09_PDL
+/// 1: the merge kernel is launched with programmatic dependent launch (GPU backend); 0: plainly.
+#define FA09_PDL 1
+#endif
 constexpr int64_t MIN_CHUNK = 256;   ///< fewest keys a split gets from the automatic choice
+constexpr int MMA_ROWS = 16;         ///< query rows a tensor-core block serves: the M of m16n8k16
+#ifndef FA09_MMA_MIN_ROWS
+/// Fewest query rows per KV head (G·Nq) that go to the tensor cores in fp16 and bf16, unless
+/// the build overrides it.
+#define FA09_MMA_MIN_ROWS 2
+#endif
 
 /// How the work is cut: which rows a block serves and which keys.
 struct Plan {
-  int rows_per_block = 1;  ///< 1 or 4: query rows of one KV head a block serves (a compile-time choice)
+  /// Query rows of one KV head a block serves: 1 or 4 on CUDA cores, MMA_ROWS (16) on tensor
+  /// cores (fp16 and bf16 with at least FA09_MMA_MIN_ROWS rows); a compile-time choice.
+  int rows_per_block = 1;
   int64_t row_groups = 1;  ///< blocks that share one KV head's rows: ⌈G·Nq / rows_per_block⌉
   int64_t splits = 1;      ///< blocks along each KV head's cache
   int64_t chunk = 1;       ///< keys per split (the last split of a sequence may have fewer)
@@ -71,6 +83,9 @@ void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const vo
 /// Bytes that must cross HBM: K and V of every live cache row once, Q and O once, and the
 /// partial results written and read back once when there are several splits.
 double hbm_bytes_model(const DecodeProblem& p, const Plan& plan);
+
+/// Whether the plan's blocks use the tensor cores (rows_per_block == MMA_ROWS).
+inline bool uses_tensor_cores(const Plan& plan) { return plan.rows_per_block == MMA_ROWS; }
 
 /// One line on the plan, e.g. "4 rows a block, 1 group, 17 splits of 1984 keys: 544 blocks".
 std::string describe(const Plan& plan, const DecodeProblem& p);
