@@ -75,6 +75,27 @@ AttentionRows<double> reference_decode(const DecodeProblem& p, const float* q, c
 AttentionRows<float> baseline_decode(const DecodeProblem& p, const float* q, const float* k, const float* v,
                                      const std::vector<int64_t>& rows);
 
+/// The gradients of attention with respect to its inputs, each shaped like that input.
+struct AttentionGradients {
+  std::vector<double> dq;  ///< [B, H, Nq, d]
+  std::vector<double> dk;  ///< [B, H, Nkv, d]
+  std::vector<double> dv;  ///< [B, H, Nkv, d]
+};
+
+/**
+ * The backward pass of attention in float64, from the formulas: given dO (the gradient
+ * of some loss with respect to O), the gradients of that loss with respect to Q, K and V.
+ * Per (batch, head), with P the row softmax of S = scale·Q·Kᵀ (causal mask as in
+ * reference_attention: top-left):
+ *
+ *     dV = Pᵀ·dO,   dP = dO·Vᵀ,   D_i = Σ_j P_ij·dP_ij  (= rowsum(dO ∘ O)),
+ *     dS = P ∘ (dP − D),   dQ = scale·dS·K,   dK = scale·dSᵀ·Q
+ *
+ * Masked entries have P = 0, so they add nothing. Cost O(B·H·Nq·Nkv·d): for tests.
+ */
+AttentionGradients reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
+                                                const float* v, const float* d_o);
+
 /**
  * Row softmax in float64: for each of `rows` rows of `cols` values, m = max(x),
  * l = Σ exp(x − m), p = exp(x − m) / l.

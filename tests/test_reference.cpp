@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/problem.h"
@@ -123,6 +126,60 @@ TEST_CASE("the decoding reference is attention over each sequence's own cache", 
           REQUIRE(got.o[static_cast<size_t>((first + i) * d + c)] == want.o[static_cast<size_t>(i * d + c)]);
         }
       }
+    }
+  }
+}
+
+namespace {
+
+// Σ O ∘ dO in float64: the loss whose gradients reference_attention_backward gives.
+double loss(const fa::AttentionProblem& p, const std::vector<float>& q, const std::vector<float>& k,
+            const std::vector<float>& v, const std::vector<float>& d_o) {
+  const fa::AttentionRows<double> o = fa::reference_attention(p, q.data(), k.data(), v.data(), fa::all_rows(p));
+  double sum = 0;
+  for (size_t n = 0; n < o.o.size(); ++n) sum += o.o[n] * d_o[n];
+  return sum;
+}
+
+}  // namespace
+
+TEST_CASE("the backward reference matches central finite differences of the forward one", "[reference][backward]") {
+  // Inputs on a grid of 2^-10 in [-2, 2] and a step h = 2^-10, so x ± h is exact in float:
+  // the differences see only the forward reference's float64 arithmetic. Their error is
+  // about h²/6 times a third derivative, far below the tolerance.
+  std::mt19937 rng(20261123);
+  std::uniform_int_distribution<int> grid(-2048, 2048);
+  auto draw = [&](int64_t n) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& e : x) e = static_cast<float>(grid(rng)) / 1024.0f;
+    return x;
+  };
+  const float h = 1.0f / 1024.0f;
+  for (bool causal : {false, true}) {
+    // Nq > Nkv and Nq < Nkv, so the causal mask leaves some keys unseen and some rows full.
+    for (auto [nq, nkv] : {std::pair<int64_t, int64_t>{5, 3}, {3, 6}}) {
+      const fa::AttentionProblem p = fa::make_problem(1, 2, nq, nkv, 16, 0.0, causal);
+      std::vector<float> q = draw(p.q_elems()), k = draw(p.kv_elems()), v = draw(p.kv_elems());
+      const std::vector<float> d_o = draw(p.q_elems());
+      const fa::AttentionGradients g = fa::reference_attention_backward(p, q.data(), k.data(), v.data(), d_o.data());
+      int64_t nonzero = 0;
+      for (auto [x, dx, name] : {std::tuple{&q, &g.dq, "dQ"}, {&k, &g.dk, "dK"}, {&v, &g.dv, "dV"}}) {
+        REQUIRE(dx->size() == x->size());
+        for (size_t n = 0; n < x->size(); ++n) {
+          const float keep = (*x)[n];
+          (*x)[n] = keep + h;
+          const double up = loss(p, q, k, v, d_o);
+          (*x)[n] = keep - h;
+          const double down = loss(p, q, k, v, d_o);
+          (*x)[n] = keep;
+          const double fd = (up - down) / (2.0 * h);
+          INFO(name << "[" << n << "] causal " << causal << " Nq " << nq << " Nkv " << nkv << ": formula "
+                    << (*dx)[n] << ", finite difference " << fd);
+          REQUIRE_THAT((*dx)[n], WithinAbs(fd, 1e-5 + 1e-4 * std::abs(fd)));
+          nonzero += std::abs(fd) > 1e-3;
+        }
+      }
+      REQUIRE(nonzero > static_cast<int64_t>(q.size()));  // most gradients are far from zero
     }
   }
 }
