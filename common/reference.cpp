@@ -180,61 +180,77 @@ void baseline_softmax_fp32(const float* x, int64_t rows, int64_t cols, float* p,
   softmax_rows<float>(x, rows, cols, p, m, l);
 }
 
-AttentionGradients reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
-                                                const float* v, const float* d_o) {
+namespace {
+
+// The backward pass in precision Real, from the formulas (see reference.h).
+template <typename Real>
+AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q, const float* k, const float* v,
+                                       const float* d_o) {
   const int64_t d = p.dim, nq = p.seq_q, nkv = p.seq_kv;
-  const double scale = p.scale;
-  AttentionGradients g;
-  g.dq.assign(static_cast<size_t>(p.q_elems()), 0.0);
-  g.dk.assign(static_cast<size_t>(p.kv_elems()), 0.0);
-  g.dv.assign(static_cast<size_t>(p.kv_elems()), 0.0);
-  std::vector<double> prob(static_cast<size_t>(nkv)), dp(static_cast<size_t>(nkv));
+  const Real scale = static_cast<Real>(p.scale);
+  AttentionGradients<Real> g;
+  g.dq.assign(static_cast<size_t>(p.q_elems()), Real(0));
+  g.dk.assign(static_cast<size_t>(p.kv_elems()), Real(0));
+  g.dv.assign(static_cast<size_t>(p.kv_elems()), Real(0));
+  std::vector<Real> prob(static_cast<size_t>(nkv)), dp(static_cast<size_t>(nkv));
   for (int64_t bh = 0; bh < p.batch_heads(); ++bh) {
     const float* kh = k + bh * nkv * d;
     const float* vh = v + bh * nkv * d;
-    double* dk = g.dk.data() + bh * nkv * d;
-    double* dv = g.dv.data() + bh * nkv * d;
+    Real* dk = g.dk.data() + bh * nkv * d;
+    Real* dv = g.dv.data() + bh * nkv * d;
     for (int64_t i = 0; i < nq; ++i) {
       const int64_t r = bh * nq + i;
       const float* qi = q + r * d;
       const float* doi = d_o + r * d;
-      double* dqi = g.dq.data() + r * d;
+      Real* dqi = g.dq.data() + r * d;
       const int64_t visible = p.causal ? std::min(nkv, i + 1) : nkv;
       // P_i: the forward row softmax again.
-      double m = -std::numeric_limits<double>::infinity();
+      Real m = -std::numeric_limits<Real>::infinity();
       for (int64_t j = 0; j < visible; ++j) {
-        double dot = 0;
-        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(qi[c]) * kh[j * d + c];
+        Real dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<Real>(qi[c]) * static_cast<Real>(kh[j * d + c]);
         prob[static_cast<size_t>(j)] = scale * dot;
         m = std::max(m, prob[static_cast<size_t>(j)]);
       }
-      double l = 0;
+      Real l = 0;
       for (int64_t j = 0; j < visible; ++j) {
         prob[static_cast<size_t>(j)] = std::exp(prob[static_cast<size_t>(j)] - m);
         l += prob[static_cast<size_t>(j)];
       }
       // dP_ij = dO_i · V_j, and D_i = Σ_j P_ij·dP_ij.
-      double big_d = 0;
+      Real big_d = 0;
       for (int64_t j = 0; j < visible; ++j) {
         prob[static_cast<size_t>(j)] /= l;
-        double dot = 0;
-        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(doi[c]) * vh[j * d + c];
+        Real dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<Real>(doi[c]) * static_cast<Real>(vh[j * d + c]);
         dp[static_cast<size_t>(j)] = dot;
         big_d += prob[static_cast<size_t>(j)] * dot;
       }
       // dV_j += P_ij·dO_i;  dS_ij = P_ij·(dP_ij − D_i);  dQ_i += scale·dS_ij·K_j;  dK_j += scale·dS_ij·Q_i.
       for (int64_t j = 0; j < visible; ++j) {
-        const double pij = prob[static_cast<size_t>(j)];
-        const double ds = pij * (dp[static_cast<size_t>(j)] - big_d);
+        const Real pij = prob[static_cast<size_t>(j)];
+        const Real ds = pij * (dp[static_cast<size_t>(j)] - big_d);
         for (int64_t c = 0; c < d; ++c) {
-          dv[j * d + c] += pij * doi[c];
-          dqi[c] += scale * ds * kh[j * d + c];
-          dk[j * d + c] += scale * ds * qi[c];
+          dv[j * d + c] += pij * static_cast<Real>(doi[c]);
+          dqi[c] += scale * ds * static_cast<Real>(kh[j * d + c]);
+          dk[j * d + c] += scale * ds * static_cast<Real>(qi[c]);
         }
       }
     }
   }
   return g;
+}
+
+}  // namespace
+
+AttentionGradients<double> reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
+                                                        const float* v, const float* d_o) {
+  return backward_rows<double>(p, q, k, v, d_o);
+}
+
+AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProblem& p, const float* q,
+                                                           const float* k, const float* v, const float* d_o) {
+  return backward_rows<float>(p, q, k, v, d_o);
 }
 
 }  // namespace fa

@@ -76,10 +76,11 @@ AttentionRows<float> baseline_decode(const DecodeProblem& p, const float* q, con
                                      const std::vector<int64_t>& rows);
 
 /// The gradients of attention with respect to its inputs, each shaped like that input.
+template <typename Real>
 struct AttentionGradients {
-  std::vector<double> dq;  ///< [B, H, Nq, d]
-  std::vector<double> dk;  ///< [B, H, Nkv, d]
-  std::vector<double> dv;  ///< [B, H, Nkv, d]
+  std::vector<Real> dq;  ///< [B, H, Nq, d]
+  std::vector<Real> dk;  ///< [B, H, Nkv, d]
+  std::vector<Real> dv;  ///< [B, H, Nkv, d]
 };
 
 /**
@@ -93,8 +94,12 @@ struct AttentionGradients {
  *
  * Masked entries have P = 0, so they add nothing. Cost O(B·H·Nq·Nkv·d): for tests.
  */
-AttentionGradients reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
-                                                const float* v, const float* d_o);
+AttentionGradients<double> reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
+                                                        const float* v, const float* d_o);
+
+/// The same formulas in float32: the same-precision baseline for the gradients' tolerances.
+AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProblem& p, const float* q,
+                                                           const float* k, const float* v, const float* d_o);
 
 /**
  * Row softmax in float64: for each of `rows` rows of `cols` values, m = max(x),

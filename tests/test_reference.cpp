@@ -161,7 +161,7 @@ TEST_CASE("the backward reference matches central finite differences of the forw
       const fa::AttentionProblem p = fa::make_problem(1, 2, nq, nkv, 16, 0.0, causal);
       std::vector<float> q = draw(p.q_elems()), k = draw(p.kv_elems()), v = draw(p.kv_elems());
       const std::vector<float> d_o = draw(p.q_elems());
-      const fa::AttentionGradients g = fa::reference_attention_backward(p, q.data(), k.data(), v.data(), d_o.data());
+      const fa::AttentionGradients<double> g = fa::reference_attention_backward(p, q.data(), k.data(), v.data(), d_o.data());
       int64_t nonzero = 0;
       for (auto [x, dx, name] : {std::tuple{&q, &g.dq, "dQ"}, {&k, &g.dk, "dK"}, {&v, &g.dv, "dV"}}) {
         REQUIRE(dx->size() == x->size());
@@ -181,5 +181,26 @@ TEST_CASE("the backward reference matches central finite differences of the forw
       }
       REQUIRE(nonzero > static_cast<int64_t>(q.size()));  // most gradients are far from zero
     }
+  }
+}
+
+TEST_CASE("the fp32 backward baseline is close to, but not the same as, float64", "[reference][backward]") {
+  const fa::AttentionProblem p = fa::make_problem(1, 2, 40, 50, 32, 0.0, true);
+  const fa::AttentionInputs in = fa::random_inputs(p, 7);
+  const std::vector<float> d_o = fa::random_inputs(p, 8).q;  // any values shaped like O
+  const fa::AttentionGradients<double> want = fa::reference_attention_backward(p, in.q.data(), in.k.data(),
+                                                                               in.v.data(), d_o.data());
+  const fa::AttentionGradients<float> got = fa::baseline_attention_backward_fp32(p, in.q.data(), in.k.data(),
+                                                                                 in.v.data(), d_o.data());
+  for (auto [g, w] : {std::pair{&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}}) {
+    REQUIRE(g->size() == w->size());
+    double max_err = 0, max_ref = 0;
+    for (size_t n = 0; n < g->size(); ++n) {
+      max_err = std::max(max_err, std::abs((*g)[n] - (*w)[n]));
+      max_ref = std::max(max_ref, std::abs((*w)[n]));
+    }
+    CHECK(max_ref > 0.01);
+    CHECK(max_err > 0);               // fp32 rounds ...
+    CHECK(max_err < 1e-5 * max_ref);  // ... a little
   }
 }
