@@ -87,7 +87,8 @@ double hbm_bytes_model(const DecodeProblem& p, const Plan& plan);
 /// Whether the plan's blocks use the tensor cores (rows_per_block == MMA_ROWS).
 inline bool uses_tensor_cores(const Plan& plan) { return plan.rows_per_block == MMA_ROWS; }
 
-/// One line on the plan, e.g. "4 rows a block, 1 group, 17 splits of 1984 keys: 544 blocks".
+/// One line on the plan, e.g. "16 rows a block (tensor cores), 1 group per KV head, 3 splits of
+/// 10923 keys: 384 blocks of 128 threads, then a merge kernel".
 std::string describe(const Plan& plan, const DecodeProblem& p);
 
 }  // namespace fa::decode
