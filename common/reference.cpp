@@ -35,6 +35,34 @@ std::vector<int64_t> sample_indices(int64_t total, int64_t count) {
 
 namespace {
 
+// Σ_c a[c]·b[c] over d values, in precision Real.
+template <typename Real>
+Real dot(const float* a, const float* b, int64_t d) {
+  Real sum = 0;
+  for (int64_t c = 0; c < d; ++c) sum += static_cast<Real>(a[c]) * static_cast<Real>(b[c]);
+  return sum;
+}
+
+// The first two steps of stage 01 for one query row against its first `visible` keys:
+// s[j] = exp(scale·qi·k_j − m) with m the largest scaled score (written to *m_out);
+// returns l = Σ_j s[j]. `s` is scratch of at least `visible` values.
+template <typename Real>
+Real exp_scores(const float* qi, const float* kh, int64_t visible, int64_t d, Real scale, std::vector<Real>& s,
+                Real* m_out) {
+  Real m = -std::numeric_limits<Real>::infinity();
+  for (int64_t j = 0; j < visible; ++j) {
+    s[static_cast<size_t>(j)] = scale * dot<Real>(qi, kh + j * d, d);
+    m = std::max(m, s[static_cast<size_t>(j)]);
+  }
+  Real l = 0;
+  for (int64_t j = 0; j < visible; ++j) {
+    s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
+    l += s[static_cast<size_t>(j)];
+  }
+  *m_out = m;
+  return l;
+}
+
 // One query row against its first `visible` keys, in every precision: scores, max,
 // exp-sum, weighted sum of V, exactly the three steps of stage 01. With `lowp` F16 or BF16
 // (Real = float), the probabilities are rounded to that type before P·V and the output
@@ -43,18 +71,8 @@ namespace {
 template <typename Real>
 void attend_row(const float* qi, const float* kh, const float* vh, int64_t visible, int64_t d, Real scale,
                 DType lowp, std::vector<Real>& s, Real* o, Real* m_out, Real* lse_out) {
-  Real m = -std::numeric_limits<Real>::infinity();
-  for (int64_t j = 0; j < visible; ++j) {
-    Real dot = 0;
-    for (int64_t c = 0; c < d; ++c) dot += static_cast<Real>(qi[c]) * static_cast<Real>(kh[j * d + c]);
-    s[static_cast<size_t>(j)] = scale * dot;
-    m = std::max(m, s[static_cast<size_t>(j)]);
-  }
-  Real l = 0;
-  for (int64_t j = 0; j < visible; ++j) {
-    s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
-    l += s[static_cast<size_t>(j)];
-  }
+  Real m;
+  const Real l = exp_scores(qi, kh, visible, d, scale, s, &m);
   for (int64_t j = 0; j < visible; ++j) {
     Real pj = s[static_cast<size_t>(j)] / l;
     if (lowp != DType::F32) pj = static_cast<Real>(round_to(lowp, static_cast<float>(pj)));
@@ -205,26 +223,14 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
       Real* dqi = g.dq.data() + r * d;
       const int64_t visible = p.causal ? std::min(nkv, i + 1) : nkv;
       // P_i: the forward row softmax again.
-      Real m = -std::numeric_limits<Real>::infinity();
-      for (int64_t j = 0; j < visible; ++j) {
-        Real dot = 0;
-        for (int64_t c = 0; c < d; ++c) dot += static_cast<Real>(qi[c]) * static_cast<Real>(kh[j * d + c]);
-        prob[static_cast<size_t>(j)] = scale * dot;
-        m = std::max(m, prob[static_cast<size_t>(j)]);
-      }
-      Real l = 0;
-      for (int64_t j = 0; j < visible; ++j) {
-        prob[static_cast<size_t>(j)] = std::exp(prob[static_cast<size_t>(j)] - m);
-        l += prob[static_cast<size_t>(j)];
-      }
+      Real m;
+      const Real l = exp_scores(qi, kh, visible, d, scale, prob, &m);
       // dP_ij = dO_i · V_j, and D_i = Σ_j P_ij·dP_ij.
       Real big_d = 0;
       for (int64_t j = 0; j < visible; ++j) {
         prob[static_cast<size_t>(j)] /= l;
-        Real dot = 0;
-        for (int64_t c = 0; c < d; ++c) dot += static_cast<Real>(doi[c]) * static_cast<Real>(vh[j * d + c]);
-        dp[static_cast<size_t>(j)] = dot;
-        big_d += prob[static_cast<size_t>(j)] * dot;
+        dp[static_cast<size_t>(j)] = dot<Real>(doi, vh + j * d, d);
+        big_d += prob[static_cast<size_t>(j)] * dp[static_cast<size_t>(j)];
       }
       // dV_j += P_ij·dO_i;  dS_ij = P_ij·(dP_ij − D_i);  dQ_i += scale·dS_ij·K_j;  dK_j += scale·dS_ij·Q_i.
       for (int64_t j = 0; j < visible; ++j) {
