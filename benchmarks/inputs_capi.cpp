@@ -36,6 +36,20 @@ int fa_inputs_fill(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, 
   }
 }
 
+/// Fills d_o ([B, H, Nq, d]) with fa::random_output_gradient(seed): the dO stage 10's demo
+/// draws for the same flags. \returns 0, or -1 for a shape make_problem() rejects.
+int fa_output_gradient_fill(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, int64_t dim, uint64_t seed,
+                            float* d_o) {
+  try {
+    const fa::AttentionProblem p = fa::make_problem(batch, heads, seq_q, seq_kv, dim);
+    const std::vector<float> g = fa::random_output_gradient(p, seed);
+    std::copy(g.begin(), g.end(), d_o);
+    return 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 /// Writes the query rows fa_bench checks (fa::sample_rows) to `rows` (room for `count`).
 /// \returns how many were written, or -1 for a bad shape.
 int64_t fa_inputs_sample_rows(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, int64_t dim,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 namespace fa {
 
@@ -62,15 +63,31 @@ Comparison compare_fp32(const float* got, const double* want, const float* basel
   return compare_with_baseline(DType::F32, got, want, baseline, n, max_report);
 }
 
-Comparison compare_with_baseline(DType t, const float* got, const double* want, const float* baseline,
-                                 int64_t n, int max_report) {
+namespace {
+
+// The reference's largest |value| and the baseline's largest error against it.
+std::pair<double, double> reference_max_and_baseline_error(const double* want, const float* baseline, int64_t n) {
   double ref_max = 0, base_err = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(want[i])) continue;
     ref_max = std::max(ref_max, std::fabs(want[i]));
     base_err = std::max(base_err, std::fabs(static_cast<double>(baseline[i]) - want[i]));
   }
+  return {ref_max, base_err};
+}
+
+}  // namespace
+
+Comparison compare_with_baseline(DType t, const float* got, const double* want, const float* baseline,
+                                 int64_t n, int max_report) {
+  const auto [ref_max, base_err] = reference_max_and_baseline_error(want, baseline, n);
   return compare(got, want, n, tolerance_for(t, ref_max, base_err), max_report);
+}
+
+Comparison compare_fp32_cancelling(const float* got, const double* want, const float* baseline, int64_t n,
+                                   double terms_max_abs, int max_report) {
+  const auto [ref_max, base_err] = reference_max_and_baseline_error(want, baseline, n);
+  return compare(got, want, n, fp32_tolerance(std::max(ref_max, terms_max_abs), base_err), max_report);
 }
 
 std::string describe(const Comparison& c, const IndexNamer& name) {

@@ -90,6 +90,16 @@ Comparison compare_fp32(const float* got, const double* want, const float* basel
 Comparison compare_with_baseline(DType t, const float* got, const double* want, const float* baseline,
                                  int64_t n, int max_report = 5);
 
+/**
+ * Compares with the fp32 tolerance derived from `baseline`, its absolute floor taken from
+ * `terms_max_abs` (the largest sum of |terms| behind any element) where that exceeds the
+ * reference's largest value. For sums whose terms cancel, a gradient through the softmax
+ * for one, the rounding error follows the size of the terms, not of what is left of them:
+ * a gradient that is exactly zero is still computed from terms that are not.
+ */
+Comparison compare_fp32_cancelling(const float* got, const double* want, const float* baseline, int64_t n,
+                                   double terms_max_abs, int max_report = 5);
+
 /// Names an element for messages, e.g. "O[b=0,h=3,i=17,c=5]".
 using IndexNamer = std::function<std::string(int64_t)>;
 

@@ -28,6 +28,10 @@ AttentionInputs random_inputs(const AttentionProblem& p, uint64_t seed, float ma
   return in;
 }
 
+std::vector<float> random_output_gradient(const AttentionProblem& p, uint64_t seed) {
+  return random_uniform(p.q_elems(), seed * 3 + 0xD1B54A32D192ED03ull, 1.0f);  // not one of Q, K, V's streams
+}
+
 AttentionInputs random_decode_inputs(const DecodeProblem& p, uint64_t seed, float magnitude) {
   const uint64_t mix = 0x9E3779B97F4A7C15ull;  // the streams random_inputs() uses
   AttentionInputs in{random_uniform(p.q_elems(), seed * 3 + 0 + mix, magnitude),

@@ -31,6 +31,10 @@ struct AttentionInputs {
  */
 AttentionInputs random_inputs(const AttentionProblem& p, uint64_t seed, float magnitude = 1.0f);
 
+/// A random dO for the backward pass ([B, H, Nq, d], uniform in [−1, 1]), from a stream of
+/// `seed` that none of random_inputs()' tensors uses.
+std::vector<float> random_output_gradient(const AttentionProblem& p, uint64_t seed);
+
 /**
  * Random Q ([B, Hq, Nq, d]) and cache K, V ([B, Hkv, Nmax, d]) for a decoding problem, drawn
  * as random_inputs() draws them and rounded to p.dtype. The cache rows past each

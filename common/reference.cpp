@@ -203,13 +203,14 @@ namespace {
 // The backward pass in precision Real, from the formulas (see reference.h).
 template <typename Real>
 AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q, const float* k, const float* v,
-                                       const float* d_o) {
+                                       const float* d_o, AttentionGradients<Real>* term_sums) {
   const int64_t d = p.dim, nq = p.seq_q, nkv = p.seq_kv;
   const Real scale = static_cast<Real>(p.scale);
   AttentionGradients<Real> g;
   g.dq.assign(static_cast<size_t>(p.q_elems()), Real(0));
   g.dk.assign(static_cast<size_t>(p.kv_elems()), Real(0));
   g.dv.assign(static_cast<size_t>(p.kv_elems()), Real(0));
+  if (term_sums) *term_sums = g;
   std::vector<Real> prob(static_cast<size_t>(nkv)), dp(static_cast<size_t>(nkv));
   for (int64_t bh = 0; bh < p.batch_heads(); ++bh) {
     const float* kh = k + bh * nkv * d;
@@ -242,6 +243,25 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
           dk[j * d + c] += scale * ds * static_cast<Real>(qi[c]);
         }
       }
+      if (term_sums) {  // the same sums over |terms|; dP and D as sums over |dO|·|V|
+        const auto at = [](std::vector<Real>& x, int64_t i) -> Real& { return x[static_cast<size_t>(i)]; };
+        Real big_d_abs = 0;
+        for (int64_t j = 0; j < visible; ++j) {
+          Real dp_abs = 0;
+          for (int64_t c = 0; c < d; ++c) dp_abs += std::fabs(static_cast<Real>(doi[c]) * static_cast<Real>(vh[j * d + c]));
+          dp[static_cast<size_t>(j)] = dp_abs;  // dP itself is no longer needed
+          big_d_abs += prob[static_cast<size_t>(j)] * dp_abs;
+        }
+        for (int64_t j = 0; j < visible; ++j) {
+          const Real pij = prob[static_cast<size_t>(j)];
+          const Real ds = pij * (dp[static_cast<size_t>(j)] + big_d_abs);
+          for (int64_t c = 0; c < d; ++c) {
+            at(term_sums->dv, (bh * nkv + j) * d + c) += pij * std::fabs(static_cast<Real>(doi[c]));
+            at(term_sums->dq, r * d + c) += scale * ds * std::fabs(static_cast<Real>(kh[j * d + c]));
+            at(term_sums->dk, (bh * nkv + j) * d + c) += scale * ds * std::fabs(static_cast<Real>(qi[c]));
+          }
+        }
+      }
     }
   }
   return g;
@@ -250,13 +270,14 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
 }  // namespace
 
 AttentionGradients<double> reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
-                                                        const float* v, const float* d_o) {
-  return backward_rows<double>(p, q, k, v, d_o);
+                                                        const float* v, const float* d_o,
+                                                        AttentionGradients<double>* term_sums) {
+  return backward_rows<double>(p, q, k, v, d_o, term_sums);
 }
 
 AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProblem& p, const float* q,
                                                            const float* k, const float* v, const float* d_o) {
-  return backward_rows<float>(p, q, k, v, d_o);
+  return backward_rows<float>(p, q, k, v, d_o, nullptr);
 }
 
 }  // namespace fa

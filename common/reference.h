@@ -93,9 +93,15 @@ struct AttentionGradients {
  *     dS = P ∘ (dP − D),   dQ = scale·dS·K,   dK = scale·dSᵀ·Q
  *
  * Masked entries have P = 0, so they add nothing. Cost O(B·H·Nq·Nkv·d): for tests.
+ *
+ * If `term_sums` is given it receives, for each gradient element, the same sum taken over
+ * the absolute values of its terms (dP and D, too, summed over |dO|·|V|). Rounding errors
+ * scale with these, not with the gradient: where dP and D nearly cancel (always, when a
+ * row sees a single key) the gradient is tiny or zero while its rounding error is not.
  */
 AttentionGradients<double> reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
-                                                        const float* v, const float* d_o);
+                                                        const float* v, const float* d_o,
+                                                        AttentionGradients<double>* term_sums = nullptr);
 
 /// The same formulas in float32: the same-precision baseline for the gradients' tolerances.
 AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProblem& p, const float* q,

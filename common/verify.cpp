@@ -63,6 +63,62 @@ SoftmaxCheck check_softmax(const float* x, int64_t rows, int64_t cols, const flo
   return check;
 }
 
+GradientCheck check_attention_backward(const AttentionProblem& p, const AttentionInputs& in,
+                                       const std::vector<float>& d_o, const AttentionGradients<float>& got,
+                                       const std::vector<int64_t>& heads) {
+  AttentionProblem one = p;  // one head at a time
+  one.batch = 1;
+  one.heads = 1;
+  const auto q_n = static_cast<std::ptrdiff_t>(p.seq_q * p.dim), kv_n = static_cast<std::ptrdiff_t>(p.seq_kv * p.dim);
+  const auto head_of = [](const std::vector<float>& x, int64_t bh, std::ptrdiff_t n) {
+    return std::vector<float>(x.begin() + bh * n, x.begin() + (bh + 1) * n);
+  };
+  struct Gathered {  // one gradient over the checked heads, laid end to end
+    std::vector<float> got, base;
+    std::vector<double> want;
+    double terms_max = 0;  // the largest sum of |terms| behind an element
+    void add(const std::vector<float>& all, int64_t bh, std::ptrdiff_t n, const std::vector<double>& ref,
+             const std::vector<float>& baseline, const std::vector<double>& term_sums) {
+      got.insert(got.end(), all.begin() + bh * n, all.begin() + (bh + 1) * n);
+      want.insert(want.end(), ref.begin(), ref.end());
+      base.insert(base.end(), baseline.begin(), baseline.end());
+      for (double t : term_sums) terms_max = std::max(terms_max, t);
+    }
+    Comparison compare() const {
+      return compare_fp32_cancelling(got.data(), want.data(), base.data(), static_cast<int64_t>(got.size()),
+                                     terms_max);
+    }
+  } dq, dk, dv;
+  for (int64_t bh : heads) {
+    const std::vector<float> q = head_of(in.q, bh, q_n), k = head_of(in.k, bh, kv_n), v = head_of(in.v, bh, kv_n),
+                             g = head_of(d_o, bh, q_n);
+    AttentionGradients<double> term_sums;
+    const AttentionGradients<double> ref =
+        reference_attention_backward(one, q.data(), k.data(), v.data(), g.data(), &term_sums);
+    const AttentionGradients<float> base =
+        baseline_attention_backward_fp32(one, q.data(), k.data(), v.data(), g.data());
+    dq.add(got.dq, bh, q_n, ref.dq, base.dq, term_sums.dq);
+    dk.add(got.dk, bh, kv_n, ref.dk, base.dk, term_sums.dk);
+    dv.add(got.dv, bh, kv_n, ref.dv, base.dv, term_sums.dv);
+  }
+  GradientCheck check;
+  check.heads = heads;
+  check.dq = dq.compare();
+  check.dk = dk.compare();
+  check.dv = dv.compare();
+  return check;
+}
+
+IndexNamer gradient_namer(const AttentionProblem& p, const std::vector<int64_t>& heads, const std::string& what) {
+  const bool queries = what == "dQ";
+  const int64_t seq = queries ? p.seq_q : p.seq_kv;
+  return [p, heads, what, queries, seq](int64_t k) {
+    const int64_t bh = heads[static_cast<size_t>(k / (seq * p.dim))];
+    return what + "[b=" + std::to_string(bh / p.heads) + ",h=" + std::to_string(bh % p.heads) +
+           (queries ? ",i=" : ",j=") + std::to_string(k / p.dim % seq) + ",c=" + std::to_string(k % p.dim) + "]";
+  };
+}
+
 namespace {
 
 std::string row_coords(const AttentionProblem& p, int64_t r) {

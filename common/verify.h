@@ -10,6 +10,7 @@
 #include "common/compare.h"
 #include "common/problem.h"
 #include "common/random.h"
+#include "common/reference.h"
 
 namespace fa {
 
@@ -38,6 +39,31 @@ AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs&
  */
 AttentionCheck check_decode(const DecodeProblem& p, const AttentionInputs& in, const std::vector<float>& o,
                             const std::vector<int64_t>& rows, const std::vector<float>* lse = nullptr);
+
+/// What a check of the backward pass found: each gradient on the heads that were checked.
+struct GradientCheck {
+  std::vector<int64_t> heads;  ///< the heads checked, as flat indices b·H + h
+  Comparison dq;               ///< dQ on those heads
+  Comparison dk;               ///< dK on those heads
+  Comparison dv;               ///< dV on those heads
+  bool passed() const { return dq.passed() && dk.passed() && dv.passed(); }  ///< all within tolerance
+};
+
+/**
+ * Compares the gradients `got` (full [B, H, N, d] tensors) on `heads` with the float64
+ * reference gradients of the same Q, K, V and dO `d_o`: the fp32 tolerance from the fp32
+ * baseline's error, its floor from the size of the gradients' terms
+ * (compare_fp32_cancelling() with the reference's term sums). Heads are checked whole, because dK and dV of one
+ * key depend on every query row of its head; a head's gradients depend on that head's
+ * tensors only, so each is computed as a problem of its own.
+ */
+GradientCheck check_attention_backward(const AttentionProblem& p, const AttentionInputs& in,
+                                       const std::vector<float>& d_o, const AttentionGradients<float>& got,
+                                       const std::vector<int64_t>& heads);
+
+/// Names element k of a gradient check's heads, laid end to end, as "dK[b=..,h=..,j=..,c=..]":
+/// `what` is "dQ" (rows of Nq queries, named i) or "dK"/"dV" (rows of Nkv keys, named j).
+IndexNamer gradient_namer(const AttentionProblem& p, const std::vector<int64_t>& heads, const std::string& what);
 
 /// What a check of row-softmax output found.
 struct SoftmaxCheck {

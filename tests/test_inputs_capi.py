@@ -3,11 +3,13 @@
 
   test_inputs_capi.py LIB NPY_DIR B H NQ NKV D
 
-NPY_DIR holds q.npy, k.npy, v.npy written by a demo's --save with the default seed.
-Exit status 0 when all three match bit for bit, 1 otherwise.
+NPY_DIR holds q.npy, k.npy, v.npy written by a demo's --save with the default seed, and
+do.npy when the demo is stage 10's (checked against fa_output_gradient_fill).
+Exit status 0 when all of them match bit for bit, 1 otherwise.
 """
 import array
 import ctypes
+import os
 import sys
 
 
@@ -35,6 +37,12 @@ def main():
     for name, got in (("q", q), ("k", k), ("v", v)):
         same = load_npy(f"{npy_dir}/{name}.npy") == list(got)
         print(f"{name}: {'identical' if same else 'DIFFERENT'}")
+        ok = ok and same
+    if os.path.exists(f"{npy_dir}/do.npy"):
+        lib.fa_output_gradient_fill.argtypes = [i64] * 5 + [ctypes.c_uint64, f32p]
+        g = (ctypes.c_float * (b * h * nq * d))()
+        same = lib.fa_output_gradient_fill(b, h, nq, nkv, d, 2024, g) == 0 and load_npy(f"{npy_dir}/do.npy") == list(g)
+        print(f"do: {'identical' if same else 'DIFFERENT'}")
         ok = ok and same
     # A shape the project rejects is refused, not filled.
     if lib.fa_inputs_fill(b, h, nq, nkv, 48, 2024, 1.0, q, k, v) != -1:

@@ -204,3 +204,24 @@ TEST_CASE("the fp32 backward baseline is close to, but not the same as, float64"
     CHECK(max_err < 1e-5 * max_ref);  // ... a little
   }
 }
+
+TEST_CASE("the backward reference's term sums bound the gradients, and are not zero where they are", "[reference][backward]") {
+  // One key: the softmax is constant, so dQ and dK are exactly zero, yet the terms they sum
+  // (dP and D, equal but computed apart) are not: the rounding error of a kernel follows them.
+  for (int64_t nkv : {1, 37}) {
+    const fa::AttentionProblem p = fa::make_problem(1, 2, 9, nkv, 16, 0.0, /*causal=*/false);
+    const fa::AttentionInputs in = fa::random_inputs(p, 12);
+    const std::vector<float> d_o = fa::random_output_gradient(p, 12);
+    fa::AttentionGradients<double> sums;
+    const fa::AttentionGradients<double> g =
+        fa::reference_attention_backward(p, in.q.data(), in.k.data(), in.v.data(), d_o.data(), &sums);
+    for (auto [grad, sum] : {std::pair{&g.dq, &sums.dq}, {&g.dk, &sums.dk}, {&g.dv, &sums.dv}}) {
+      REQUIRE(sum->size() == grad->size());
+      for (size_t n = 0; n < grad->size(); ++n) {
+        REQUIRE((*sum)[n] > 0);
+        REQUIRE(std::abs((*grad)[n]) <= (*sum)[n] * (1 + 1e-12));
+        if (nkv == 1 && grad != &g.dv) REQUIRE(std::abs((*grad)[n]) < 1e-12 * (*sum)[n]);
+      }
+    }
+  }
+}

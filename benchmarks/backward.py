@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Backward-pass benchmark: stage 10 beside PyTorch SDPA's FP32 backward, on the same inputs.
+
+For each point (B, H, N, d, causal; FP32) it
+
+  * runs stage 10's demo (`--json`): the backward pass's median time (stage 05's forward
+    runs first, untimed), its gradients checked against the float64 reference on one head,
+    and the forward pass's time on the same inputs (`--compare`);
+  * draws the very same Q, K, V and dO through libfa_inputs (ctypes), runs PyTorch's
+    scaled_dot_product_attention forward once with each backend forced in turn (cuDNN,
+    flash, efficient, math) and times torch.autograd.grad(O, (Q, K, V), dO) alone (CUDA
+    events, warm-up, median of repeats). It records the peak memory the backward pass
+    allocates beyond what the forward left (the math backend's is its N×N matrices), and
+    checks dQ, dK, dV on one head against float64 autograd. A backend that declines FP32
+    becomes an "unsupported" row with PyTorch's reason.
+
+TFLOP/s count 2.5x the forward's 4·B·H·N²·d (five matrix products instead of two), the
+causal mask not subtracted, for every row alike.
+
+  python3 benchmarks/backward.py --demo build/bin/stage10_backward --lib build/lib/libfa_inputs.so \\
+      --csv backward.csv
+
+Exit status: 0 done, 2 bad arguments; without PyTorch the stage's rows are still written.
+"""
+import argparse
+import csv
+import ctypes
+import json
+import math
+import subprocess
+import sys
+import warnings
+
+from torch_sdpa import decline_reason, timed  # the same timing and PyTorch messages as the forward rows
+
+HEADER = ("source,name,precision,device,batch,heads,seq,dim,causal,median_ms,repeats,tflops,forward_ms,"
+          "extra_bytes,max_abs_err,status,note").split(",")
+
+# (B, H, N, d): the bar shapes, non-causal and causal.
+POINTS = [(4, 32, 4096, 64), (4, 32, 4096, 128)]
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--demo", required=True, help="path of stage10_backward")
+    ap.add_argument("--lib", required=True, help="path of libfa_inputs.so")
+    ap.add_argument("--csv", help="write the rows here")
+    ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--causal", default="no,yes", help="which masks: no, yes or both (no,yes)")
+    ap.add_argument("--no-torch", action="store_true", help="the stage's rows only")
+    return ap.parse_args()
+
+
+def flops(b, h, n, d):
+    return 2.5 * 4.0 * b * h * n * n * d
+
+
+def run_stage(args, b, h, n, d, causal):
+    cmd = [args.demo, "--batch", str(b), "--heads", str(h), "--seq-q", str(n), "--seq-kv", str(n), "--dim", str(d),
+           "--seed", str(args.seed), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
+           "--check-heads", "1", "--compare", "--json"] + (["--causal"] if causal else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()[:300]}")
+    return json.loads(lines[0]), out.returncode
+
+
+def torch_rows(torch, lib, args, b, h, n, d, causal, device):
+    """SDPA's FP32 backward with each backend forced, on the inputs stage 10 used."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    host = [torch.empty((b, h, n, d), dtype=torch.float32) for _ in range(4)]
+    ptr = lambda t: ctypes.cast(t.data_ptr(), ctypes.POINTER(ctypes.c_float))
+    if (lib.fa_inputs_fill(b, h, n, n, d, args.seed, 1.0, ptr(host[0]), ptr(host[1]), ptr(host[2])) != 0 or
+            lib.fa_output_gradient_fill(b, h, n, n, d, args.seed, ptr(host[3])) != 0):
+        raise ValueError("libfa_inputs rejected the shape")
+    dev = torch.device("cuda")
+    q, k, v, g = (t.to(dev) for t in host)
+    del host
+    scale = 1.0 / math.sqrt(d)
+    # float64 autograd on head (0, 0): the reference for every backend's gradients.
+    q0, k0, v0 = (t[0, 0].double().requires_grad_() for t in (q, k, v))
+    s = (q0 @ k0.T) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=dev).triu(1), float("-inf"))
+    want = torch.autograd.grad(torch.softmax(s, -1) @ v0, (q0, k0, v0), g[0, 0].double())
+    del q0, k0, v0, s
+    rows = []
+    backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+                "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_math": SDPBackend.MATH}
+    for name, be in backends.items():
+        row = dict.fromkeys(HEADER, "")
+        row.update(source="pytorch", name=name, precision="fp32", device=device, batch=b, heads=h, seq=n, dim=d,
+                   causal=int(causal), note=f"PyTorch {torch.__version__}")
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        try:
+            with warnings.catch_warnings(record=True) as said, sdpa_kernel(be):
+                warnings.simplefilter("always")
+                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, scale=scale)
+                torch.cuda.synchronize()
+                before = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                fn = lambda: torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True)
+                grads = fn()
+                torch.cuda.synchronize()
+                extra = torch.cuda.max_memory_allocated() - before
+                err = max((x[0, 0].double() - w).abs().max().item() for x, w in zip(grads, want))
+                del grads
+                ms, reps = timed(torch, fn, args.warmup, args.repeats, 3, 20.0)
+            row.update(median_ms=f"{ms:.6g}", repeats=reps, tflops=f"{flops(b, h, n, d) / (ms * 1e-3) / 1e12:.4g}",
+                       extra_bytes=extra, max_abs_err=f"{err:.3g}", status="measured")
+            del o
+        except torch.cuda.OutOfMemoryError as e:
+            row.update(status="skipped", note="out of memory: " + str(e).split("\n")[0][:160])
+        except RuntimeError as e:
+            reason = decline_reason([str(w.message) for w in said]) or " ".join(str(e).split())[:300]
+            row.update(status="unsupported", note=reason)
+        del qg, kg, vg
+        torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"  {name:15s} " + (f"{float(row['median_ms']):9.3f} ms {float(row['tflops']):6.2f} TFLOP/s  "
+                                  f"extra {int(row['extra_bytes']) / 2**30:6.2f} GiB  max err "
+                                  f"{float(row['max_abs_err']):.1e}" if row["status"] == "measured"
+                                  else row["status"] + ": " + row["note"][:100]), flush=True)
+    return rows
+
+
+def main():
+    args = parse_args()
+    masks = {"no": [False], "yes": [True], "no,yes": [False, True], "yes,no": [False, True]}.get(args.causal)
+    if masks is None:
+        print("--causal: no, yes or no,yes", file=sys.stderr)
+        return 2
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+            torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32, as in the forward rows
+            torch.backends.cudnn.allow_tf32 = False
+        except ImportError:
+            print("PyTorch is not installed: the stage's rows only", file=sys.stderr)
+    lib = ctypes.CDLL(args.lib)
+    i64, u64, f32p = ctypes.c_int64, ctypes.c_uint64, ctypes.POINTER(ctypes.c_float)
+    lib.fa_inputs_fill.argtypes = [i64] * 5 + [u64, ctypes.c_float, f32p, f32p, f32p]
+    lib.fa_output_gradient_fill.argtypes = [i64] * 5 + [u64, f32p]
+    rows = []
+    for b, h, n, d in POINTS:
+        for causal in masks:
+            r, rc = run_stage(args, b, h, n, d, causal)
+            device = r["device"]
+            rows.append(dict(source="stages", name="10_backward", precision="fp32", device=device, batch=b, heads=h,
+                             seq=n, dim=d, causal=int(causal), median_ms=f"{r['median_ms']:.6g}",
+                             repeats=r["repeats"], tflops=f"{r['tflops']:.4g}",
+                             forward_ms=f"{r['forward_ms']:.6g}", extra_bytes=r["workspace_bytes"],
+                             max_abs_err=f"{max(r['max_abs_err_dq'], r['max_abs_err_dk'], r['max_abs_err_dv']):.3g}",
+                             status="measured" if rc == 0 else "failed", note=r["result"]))
+            print(f"B={b} H={h} N={n} d={d} causal={int(causal)}\n  10_backward     {r['median_ms']:9.3f} ms "
+                  f"{r['tflops']:6.2f} TFLOP/s  (forward, stage 05: {r['forward_ms']:.3f} ms)  {r['result']}",
+                  flush=True)
+            if torch is not None:
+                rows.extend(torch_rows(torch, lib, args, b, h, n, d, causal, device))
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=HEADER)
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

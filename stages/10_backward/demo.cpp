@@ -1,0 +1,250 @@
+/**
+ * \file stages/10_backward/demo.cpp
+ * \brief Stage 10's demo: one training step's attention, forward (stage 05) then
+ *        backward (this stage), the gradients checked against the float64 reference.
+ *
+ * \code
+ * stage10_backward                                  # B=4 H=32 N=4096 d=64, dO random
+ * stage10_backward --causal --dim 128
+ * stage10_backward --compare                        # beside the forward pass's own time
+ * stage10_backward --save out/ && stage10_backward --load out/   # q, k, v, do in; o, dq, dk, dv out
+ * \endcode
+ */
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/cuda_check.h"
+#include "common/demo.h"
+#include "common/device.h"
+#include "common/device_buffer.h"
+#include "common/errors.h"
+#include "common/npy.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "common/report.h"
+#include "common/timer.h"
+#include "common/verify.h"
+#include "stages/05_flash2/flash2_attention.h"
+#include "stages/10_backward/backward_attention.h"
+
+namespace {
+
+struct Options {
+  int64_t batch = 4, heads = 32, seq_q = 4096, seq_kv = 4096, dim = 64;
+  double scale = 0.0, magnitude = 1.0;
+  bool causal = false, check = true, json = false, brief = false, compare = false, dry_run = false;
+  uint64_t seed = 2024;
+  int64_t warmup = 3, repeats = 20, check_heads = 2;
+  std::string dtype = "fp32", load_dir, save_dir;
+};
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+// Q, K, V and dO from DIR/q.npy, k.npy, v.npy, do.npy; the shape comes from the files.
+void load_tensors(const std::string& dir, const Options& o, fa::AttentionProblem* p, fa::AttentionInputs* in,
+                  std::vector<float>* d_o) {
+  fa::NpyArray q = fa::load_npy(dir + "/q.npy"), k = fa::load_npy(dir + "/k.npy"), v = fa::load_npy(dir + "/v.npy"),
+               g = fa::load_npy(dir + "/do.npy");
+  if (q.shape.size() != 4 || k.shape.size() != 4) throw fa::InputError("q.npy and k.npy must have shape [B, H, N, d]");
+  if (k.shape != v.shape) throw fa::InputError("k.npy and v.npy must have the same shape");
+  if (g.shape != q.shape) throw fa::InputError("do.npy must have the shape of q.npy");
+  if (q.shape[0] != k.shape[0] || q.shape[1] != k.shape[1] || q.shape[3] != k.shape[3]) {
+    throw fa::InputError("q.npy and k.npy must agree on B, H and d");
+  }
+  *p = fa::make_problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], o.scale, o.causal);
+  *in = fa::AttentionInputs{std::move(q.data), std::move(k.data), std::move(v.data)};
+  *d_o = std::move(g.data);
+}
+
+void save_tensors(const std::string& dir, const fa::AttentionProblem& p,
+                  const std::vector<std::pair<std::string, const std::vector<float>*>>& tensors) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw fa::InputError(dir + ": cannot create directory (" + ec.message() + ")");
+  for (const auto& [name, x] : tensors) {
+    const int64_t n = static_cast<int64_t>(x->size()) == p.q_elems() ? p.seq_q : p.seq_kv;
+    fa::save_npy(dir + "/" + name + ".npy", {p.batch, p.heads, n, p.dim}, x->data());
+  }
+}
+
+int run(int argc, char** argv) {
+  const bool cpu = fa::is_cpu_backend();
+  Options o;
+  if (cpu) {  // every CUDA thread is a fiber on one core: keep the default run to a second or two
+    o.batch = 1, o.heads = 2, o.seq_q = 256, o.seq_kv = 256;
+    o.warmup = 0, o.repeats = 1;
+  }
+  fa::ArgParser a(argv[0],
+                  "Stage 10_backward: the backward pass, dQ, dK and dV recomputed from the forward's log-sum-exp.\n"
+                  "Runs stage 05's forward pass and then this stage on random (or loaded) inputs and a random dO, "
+                  "checks the gradients against a float64 CPU reference and reports the backward pass's median time.");
+  a.add_int("batch", &o.batch, "batch size B");
+  a.add_int("heads", &o.heads, "heads per batch entry H");
+  a.add_int("seq-q", &o.seq_q, "query length Nq");
+  a.add_int("seq-kv", &o.seq_kv, "key/value length Nkv");
+  a.add_int("dim", &o.dim, "head dimension d (16, 32, 64 or 128)");
+  a.add_real("scale", &o.scale, "softmax scale; 0 means 1/sqrt(d)", 0.0, 1e6);
+  a.add_switch("causal", &o.causal, "causal mask (query i sees keys j <= i)");
+  a.add_string("dtype", &o.dtype, "element type: fp32 (the only one this stage runs)", "TYPE");
+  a.add_uint("seed", &o.seed, "seed of the random inputs and dO");
+  a.add_real("magnitude", &o.magnitude, "Q, K, V are uniform in [-X, X] (dO in [-1, 1])", 1e-6, 1e6);
+  a.add_int("warmup", &o.warmup, "untimed runs before timing", 0);
+  a.add_int("repeats", &o.repeats, "timed runs; the median is reported");
+  a.add_switch("check", &o.check, "compare the gradients with the float64 CPU reference");
+  a.add_int("check-heads", &o.check_heads, "most heads to check, whole (spread over all batches and heads)");
+  a.add_switch("compare", &o.compare, "also time the forward pass (stage 05) on the same inputs");
+  a.add_switch("json", &o.json, "print the report as one JSON object");
+  a.add_switch("brief", &o.brief, "print only the one-line summary");
+  a.add_switch("dry-run", &o.dry_run, "check the shape and say what it needs, run nothing");
+  a.add_string("load", &o.load_dir, "read q.npy, k.npy, v.npy, do.npy from DIR (sets the shape)", "DIR");
+  a.add_string("save", &o.save_dir, "write q, k, v, o, do, dq, dk, dv as .npy files to DIR", "DIR");
+  if (!a.parse(argc, argv)) return fa::kExitPassed;
+
+  fa::DType dtype;
+  if (!fa::parse_dtype(o.dtype, &dtype)) {
+    throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp32, fp16, bf16)");
+  }
+  if (dtype != fa::DType::F32) {
+    throw fa::InputError(std::string("stage 10_backward runs in fp32 only, not ") + fa::dtype_name(dtype));
+  }
+  fa::AttentionProblem p;
+  fa::AttentionInputs in;
+  std::vector<float> d_o;
+  if (!o.load_dir.empty()) {
+    for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
+      if (a.given(f)) throw fa::UsageError(std::string("--") + f + " cannot be combined with --load");
+    }
+  } else {
+    p = fa::make_problem(o.batch, o.heads, o.seq_q, o.seq_kv, o.dim, o.scale, o.causal);
+  }
+  const fa::DeviceInfo device = fa::require_device();
+  if (!o.load_dir.empty()) load_tensors(o.load_dir, o, &p, &in, &d_o);
+
+  // Q, O, dO, dQ are [B, H, Nq, d]; K, V, dK, dV [B, H, Nkv, d]; the lse and D one float a row.
+  const std::size_t q_bytes = static_cast<std::size_t>(p.q_elems()) * sizeof(float);
+  const std::size_t kv_bytes = static_cast<std::size_t>(p.kv_elems()) * sizeof(float);
+  const std::size_t row_bytes = static_cast<std::size_t>(p.rows()) * sizeof(float);
+  const std::size_t workspace = fa::backward::workspace_bytes(p);
+  const std::size_t total = 4 * q_bytes + 4 * kv_bytes + row_bytes + workspace;
+  const double p_bytes = static_cast<double>(p.batch_heads()) * static_cast<double>(p.seq_q) *
+                         static_cast<double>(p.seq_kv) * sizeof(float);
+  fa::require_fits(device, total,
+                   "Q, K, V, O, dO, dQ, dK, dV " + fa::format_bytes(static_cast<double>(total - row_bytes - workspace)) +
+                       " + lse and D " + fa::format_bytes(static_cast<double>(row_bytes + workspace)));
+  if (o.dry_run) {
+    std::cout << "dry run: " << fa::describe(p) << " fits (" << fa::format_bytes(static_cast<double>(total))
+              << " on the device; storing P would add " << fa::format_bytes(p_bytes) << "); nothing was run\n";
+    return fa::kExitPassed;
+  }
+
+  if (o.load_dir.empty()) {
+    in = fa::random_inputs(p, o.seed, static_cast<float>(o.magnitude));
+    d_o = fa::random_output_gradient(p, o.seed);
+  }
+  const fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(d_o);
+  fa::DeviceBuffer<float> out(static_cast<std::size_t>(p.q_elems())), lse(static_cast<std::size_t>(p.rows()));
+  fa::DeviceBuffer<float> dq(static_cast<std::size_t>(p.q_elems())), dk(static_cast<std::size_t>(p.kv_elems())),
+      dv(static_cast<std::size_t>(p.kv_elems()));
+  fa::DeviceBuffer<unsigned char> ws(workspace);
+
+  // The forward pass that training runs first: O and the lse the backward pass starts from.
+  const auto forward = [&] { fa::flash2::attention(p, q.data(), k.data(), v.data(), out.data(), lse.data()); };
+  forward();
+  for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(fa::kPoisonByte);  // never written stays NaN and fails
+  const auto backward = [&] {
+    fa::backward::attention_backward(p, {q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), dq.data(),
+                                         dk.data(), dv.data()}, ws.data());
+  };
+  backward();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  const fa::AttentionGradients<float> got{dq.download(), dk.download(), dv.download()};
+  fa::GradientCheck check;
+  if (o.check) {
+    check = fa::check_attention_backward(p, in, d_o, got, fa::sample_indices(p.batch_heads(), o.check_heads));
+  }
+  if (!o.save_dir.empty()) {
+    const std::vector<float> o_host = out.download();
+    save_tensors(o.save_dir, p, {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"o", &o_host}, {"do", &d_o},
+                                 {"dq", &got.dq}, {"dk", &got.dk}, {"dv", &got.dv}});
+  }
+  const int warmup = static_cast<int>(o.warmup), repeats = static_cast<int>(o.repeats);
+  const double ms = fa::time_device(backward, warmup, repeats).median_ms();
+  const double forward_ms = o.compare ? fa::time_device(forward, warmup, repeats).median_ms() : 0.0;
+  const double tflops = fa::backward::flops(p) / (ms * 1e-3) / 1e12;
+  const bool passed = !o.check || check.passed();
+  const std::string verdict = !o.check ? "UNCHECKED" : (passed ? "PASSED" : "FAILED");
+
+  const std::string where = cpu ? "CPU backend" : "GPU: " + device.name;
+  const std::string summary = "10_backward: " + verdict + "  " + fixed(ms, 3) + " ms" +
+                              (cpu ? "" : "  " + fixed(tflops, 2) + " TFLOP/s") + "  [" + fa::describe(p) + "]  [" +
+                              where + "]";
+  if (o.json) {
+    std::ostringstream s;
+    s << "{\"stage\":\"10_backward\",\"backend\":\"" << device.backend << "\",\"device\":\""
+      << fa::json_escape(device.name) << "\",\"batch\":" << p.batch << ",\"heads\":" << p.heads
+      << ",\"seq_q\":" << p.seq_q << ",\"seq_kv\":" << p.seq_kv << ",\"dim\":" << p.dim
+      << ",\"causal\":" << (p.causal ? "true" : "false") << ",\"dtype\":\"fp32\",\"median_ms\":"
+      << fa::json_number(ms) << ",\"repeats\":" << o.repeats << ",\"flops\":" << fa::json_number(fa::backward::flops(p))
+      << ",\"tflops\":" << (cpu ? "null" : fa::json_number(tflops)) << ",\"workspace_bytes\":" << workspace
+      << ",\"stored_p_bytes\":" << fa::json_number(p_bytes)
+      << ",\"forward_ms\":" << (o.compare ? fa::json_number(forward_ms) : "null");
+    if (o.check) {
+      s << ",\"heads_checked\":" << check.heads.size() << ",\"max_abs_err_dq\":" << fa::json_number(check.dq.max_abs_err)
+        << ",\"max_abs_err_dk\":" << fa::json_number(check.dk.max_abs_err)
+        << ",\"max_abs_err_dv\":" << fa::json_number(check.dv.max_abs_err);
+    }
+    s << ",\"result\":\"" << verdict << "\"}";
+    std::cout << s.str() << "\n";
+  } else if (o.brief) {
+    std::cout << summary << "\n";
+  } else {
+    const auto line = [](const std::string& key, const std::string& value) {
+      std::cout << "  " << key << std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') << value << "\n";
+    };
+    std::cout << "stage 10_backward: the backward pass, P recomputed from the log-sum-exp\n";
+    line("device", cpu ? device.name + " (CPU backend: timings are not GPU performance)"
+                       : device.name + " (" + std::to_string(device.sm_count) + " SMs)");
+    line("shape", fa::describe(p));
+    line("tiles", "Bc = " + std::to_string(fa::backward::Bc) + " key rows a block, Br = " +
+                      std::to_string(fa::backward::Br) + " query rows a step; " +
+                      fa::format_bytes(static_cast<double>(fa::backward::shared_bytes(p.dim))) +
+                      " of shared memory per block");
+    line("memory", "D " + fa::format_bytes(static_cast<double>(workspace)) + " beyond the tensors; storing P would need " +
+                       fa::format_bytes(p_bytes));
+    line("IO model", fa::format_bytes(fa::backward::hbm_bytes_model(p)) + " of HBM traffic per backward pass");
+    line("time", "median " + fixed(ms, 3) + " ms over " + std::to_string(o.repeats) + " runs (" +
+                     std::to_string(o.warmup) + " warm-up)" + (cpu ? " on the CPU backend" : ", " + fixed(tflops, 2) +
+                     " TFLOP/s counting 2.5x the forward's FLOPs"));
+    if (o.compare) {
+      line("compare", "forward pass (stage 05) on the same inputs: " + fixed(forward_ms, 3) + " ms; the backward pass takes " +
+                          fixed(ms / forward_ms, 2) + "x as long");
+    }
+    if (o.check) {
+      line("check", std::to_string(check.heads.size()) + " of " + std::to_string(p.batch_heads()) +
+                        " heads, whole, against the float64 CPU reference");
+      line("dQ", fa::describe(check.dq, fa::gradient_namer(p, check.heads, "dQ")));
+      line("dK", fa::describe(check.dk, fa::gradient_namer(p, check.heads, "dK")));
+      line("dV", fa::describe(check.dv, fa::gradient_namer(p, check.heads, "dV")));
+    }
+    std::cout << summary << "\n";
+  }
+  return passed ? fa::kExitPassed : fa::kExitCheckFailed;
+}
+
+}  // namespace
+
+/// Runs stage 10's demo; exits 0 when every check passed.
+int main(int argc, char** argv) {
+  return fa::run_guarded(argv[0], [&] { return run(argc, argv); });
+}

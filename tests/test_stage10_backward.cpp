@@ -1,0 +1,143 @@
+// Stage 10 against the float64 reference gradients (themselves checked against finite
+// differences in test_reference.cpp): the standard battery of shapes (ragged lengths, 1
+// included, every head dim; many heads and batches; causal; large logits), with dQ, dK and
+// dV poisoned before each run. O and the log-sum-exp the backward pass starts from are the
+// float64 reference's, rounded to fp32, so these checks see the backward pass alone; one
+// more runs stage 05's forward kernel first, as training does. A copy of the kernel whose
+// causal loop skips the diagonal tile (built by stages/10_backward/CMakeLists.txt) must fail.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "common/device_buffer.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "common/verify.h"
+#include "stages/05_flash2/flash2_attention.h"
+#include "stages/10_backward/backward_attention.h"
+#include "tests/catch.h"
+#include "tests/stage_check.h"
+
+namespace fa::backward::planted {
+// The planted copy: under the causal mask each K/V tile starts one Q tile too late.
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+}  // namespace fa::backward::planted
+
+namespace {
+
+using Backward = decltype(&fa::backward::attention_backward);
+
+// Every head of a problem, for a check of all of them.
+std::vector<int64_t> all_heads(const fa::AttentionProblem& p) { return fa::sample_indices(p.batch_heads(), p.batch_heads()); }
+
+struct Run {
+  fa::AttentionGradients<float> got;  // what the stage wrote
+  fa::GradientCheck check;            // against the reference, every head
+};
+
+// One backward pass on fresh inputs (seeded), every gradient element checked. With
+// `forward_on_device` O and lse come from stage 05's kernel, else from the float64 reference.
+Run run_and_check(const fa::AttentionProblem& p, uint64_t seed, float magnitude = 1.0f,
+                  Backward backward = fa::backward::attention_backward, bool forward_on_device = false) {
+  const fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
+  const std::vector<float> d_o = fa::random_output_gradient(p, seed);
+  const auto q_n = static_cast<size_t>(p.q_elems()), kv_n = static_cast<size_t>(p.kv_elems());
+  fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(d_o), o(q_n), lse(static_cast<size_t>(p.rows()));
+  if (forward_on_device) {
+    fa::flash2::attention(p, q.data(), k.data(), v.data(), o.data(), lse.data());
+  } else {
+    const fa::AttentionRows<double> fwd = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(),
+                                                                  fa::all_rows(p));
+    o.upload(std::vector<float>(fwd.o.begin(), fwd.o.end()));
+    lse.upload(std::vector<float>(fwd.lse.begin(), fwd.lse.end()));
+  }
+  fa::DeviceBuffer<float> dq(q_n), dk(kv_n), dv(kv_n);
+  fa::DeviceBuffer<unsigned char> ws(fa::backward::workspace_bytes(p));
+  for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(fa::kPoisonByte);  // an element never written stays NaN
+  ws.fill_bytes(fa::kPoisonByte);
+  backward(p, {q.data(), k.data(), v.data(), o.data(), g.data(), lse.data(), dq.data(), dk.data(), dv.data()},
+           ws.data());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  Run r;
+  r.got = {dq.download(), dk.download(), dv.download()};
+  r.check = fa::check_attention_backward(p, in, d_o, r.got, all_heads(p));
+  return r;
+}
+
+void require_passed(const fa::AttentionProblem& p, const fa::GradientCheck& c) {
+  INFO(fa::describe(p));
+  INFO(fa::describe(c.dq, fa::gradient_namer(p, c.heads, "dQ")));
+  INFO(fa::describe(c.dk, fa::gradient_namer(p, c.heads, "dK")));
+  INFO(fa::describe(c.dv, fa::gradient_namer(p, c.heads, "dV")));
+  REQUIRE(c.passed());
+}
+
+}  // namespace
+
+TEST_CASE("stage 10: ragged lengths and every head dim", "[stage10]") {
+  uint64_t seed = 1000;
+  for (int64_t d : fa::supported_head_dims()) {
+    for (auto [nq, nkv] : fa::test::ragged_lengths()) {
+      const fa::AttentionProblem p = fa::make_problem(1, 2, nq, nkv, d);
+      require_passed(p, run_and_check(p, ++seed).check);
+    }
+  }
+}
+
+TEST_CASE("stage 10: many heads and batches", "[stage10]") {
+  const fa::AttentionProblem p = fa::make_problem(3, 5, 64, 100, 32);
+  require_passed(p, run_and_check(p, 7).check);
+}
+
+TEST_CASE("stage 10: causal mask, tiles above the diagonal skipped", "[stage10][causal]") {
+  // Nq = Nkv; Nq < Nkv (the last keys are seen by no query: their dK and dV are zero, and
+  // still written); Nq > Nkv (the last queries see every key).
+  uint64_t seed = 1100;
+  for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 257}, {257, 100}}) {
+    const fa::AttentionProblem p = fa::make_problem(2, 2, nq, nkv, 64, 0.0, /*causal=*/true);
+    const Run r = run_and_check(p, ++seed);
+    require_passed(p, r.check);
+    if (nkv > nq) {  // keys past the last query's position: no query sees them
+      for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
+        for (int64_t j = nq; j < nkv; ++j)
+          for (int64_t c = 0; c < p.dim; ++c) REQUIRE(r.got.dk[static_cast<size_t>((bh * nkv + j) * p.dim + c)] == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("stage 10: large-magnitude logits stay finite and accurate", "[stage10]") {
+  // Inputs in [-30, 30] at d = 64: logits in the hundreds, P close to one-hot. The lse
+  // carries the max, so exp(S − lse) never overflows.
+  const fa::AttentionProblem p = fa::make_problem(1, 2, 100, 257, 64);
+  const Run r = run_and_check(p, 5, 30.0f);
+  for (const std::vector<float>* x : {&r.got.dq, &r.got.dk, &r.got.dv})
+    for (float e : *x) REQUIRE(std::isfinite(e));
+  require_passed(p, r.check);
+}
+
+TEST_CASE("stage 10: after stage 05's forward kernel, as in training", "[stage10]") {
+  for (bool causal : {false, true}) {
+    const fa::AttentionProblem p = fa::make_problem(2, 3, 200, 150, 64, 0.0, causal);
+    require_passed(p, run_and_check(p, 21, 1.0f, fa::backward::attention_backward, /*forward_on_device=*/true).check);
+  }
+}
+
+TEST_CASE("stage 10: the checks catch a planted bug", "[stage10][planted]") {
+  // The planted copy skips the diagonal Q tile under the causal mask: without the mask it
+  // is the right kernel, with it the gradients miss the diagonal's terms.
+  const fa::AttentionProblem plain = fa::make_problem(1, 2, 100, 130, 64);
+  REQUIRE(run_and_check(plain, 3, 1.0f, fa::backward::planted::attention_backward).check.passed());
+  const fa::AttentionProblem causal = fa::make_problem(1, 2, 100, 130, 64, 0.0, /*causal=*/true);
+  const fa::GradientCheck c = run_and_check(causal, 3, 1.0f, fa::backward::planted::attention_backward).check;
+  CHECK_FALSE(c.dq.passed());
+  CHECK_FALSE(c.dk.passed());
+  CHECK_FALSE(c.dv.passed());
+}
+
+TEST_CASE("stage 10: bad input is refused with a message", "[stage10]") {
+  const fa::AttentionProblem p = fa::make_problem(1, 1, 4, 4, 64, 0.0, false, fa::DType::F16);
+  REQUIRE_THROWS_AS(fa::backward::attention_backward(p, {}, nullptr), fa::InputError);
+}
