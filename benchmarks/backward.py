@@ -15,7 +15,9 @@ For each point (B, H, N, d, causal; FP32) it
     becomes an "unsupported" row with PyTorch's reason.
 
 TFLOP/s count 2.5x the forward's 4·B·H·N²·d (five matrix products instead of two), the
-causal mask not subtracted, for every row alike.
+causal mask not subtracted, for every row alike. extra_bytes is device memory the backward
+pass needs beyond Q, K, V, O, dO and the lse, its three gradients included: PyTorch's peak
+allocation during the call (it allocates dQ, dK, dV there), the stage's dQ, dK, dV and D.
 
   python3 benchmarks/backward.py --demo build/bin/stage10_backward --lib build/lib/libfa_inputs.so \\
       --csv backward.csv
@@ -154,7 +156,8 @@ def main():
             rows.append(dict(source="stages", name="10_backward", precision="fp32", device=device, batch=b, heads=h,
                              seq=n, dim=d, causal=int(causal), median_ms=f"{r['median_ms']:.6g}",
                              repeats=r["repeats"], tflops=f"{r['tflops']:.4g}",
-                             forward_ms=f"{r['forward_ms']:.6g}", extra_bytes=r["workspace_bytes"],
+                             forward_ms=f"{r['forward_ms']:.6g}",
+                             extra_bytes=r["workspace_bytes"] + 4 * b * h * n * d * 3,  # + dQ, dK, dV
                              max_abs_err=f"{max(r['max_abs_err_dq'], r['max_abs_err_dk'], r['max_abs_err_dv']):.3g}",
                              status="measured" if rc == 0 else "failed", note=r["result"]))
             print(f"B={b} H={h} N={n} d={d} causal={int(causal)}\n  10_backward     {r['median_ms']:9.3f} ms "

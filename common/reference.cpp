@@ -244,21 +244,23 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
         }
       }
       if (term_sums) {  // the same sums over |terms|; dP and D as sums over |dO|·|V|
-        const auto at = [](std::vector<Real>& x, int64_t i) -> Real& { return x[static_cast<size_t>(i)]; };
+        Real* dv_abs = term_sums->dv.data() + bh * nkv * d;
+        Real* dk_abs = term_sums->dk.data() + bh * nkv * d;
+        Real* dq_abs = term_sums->dq.data() + r * d;
         Real big_d_abs = 0;
         for (int64_t j = 0; j < visible; ++j) {
           Real dp_abs = 0;
-          for (int64_t c = 0; c < d; ++c) dp_abs += std::fabs(static_cast<Real>(doi[c]) * static_cast<Real>(vh[j * d + c]));
+          for (int64_t c = 0; c < d; ++c) dp_abs += std::fabs(static_cast<Real>(doi[c]) * vh[j * d + c]);
           dp[static_cast<size_t>(j)] = dp_abs;  // dP itself is no longer needed
           big_d_abs += prob[static_cast<size_t>(j)] * dp_abs;
         }
         for (int64_t j = 0; j < visible; ++j) {
           const Real pij = prob[static_cast<size_t>(j)];
-          const Real ds = pij * (dp[static_cast<size_t>(j)] + big_d_abs);
+          const Real ds = scale * pij * (dp[static_cast<size_t>(j)] + big_d_abs);
           for (int64_t c = 0; c < d; ++c) {
-            at(term_sums->dv, (bh * nkv + j) * d + c) += pij * std::fabs(static_cast<Real>(doi[c]));
-            at(term_sums->dq, r * d + c) += scale * ds * std::fabs(static_cast<Real>(kh[j * d + c]));
-            at(term_sums->dk, (bh * nkv + j) * d + c) += scale * ds * std::fabs(static_cast<Real>(qi[c]));
+            dv_abs[j * d + c] += pij * std::fabs(static_cast<Real>(doi[c]));
+            dq_abs[c] += ds * std::fabs(static_cast<Real>(kh[j * d + c]));
+            dk_abs[j * d + c] += ds * std::fabs(static_cast<Real>(qi[c]));
           }
         }
       }

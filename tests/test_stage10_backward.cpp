@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/random.h"
 #include "common/reference.h"
@@ -78,9 +79,13 @@ void require_passed(const fa::AttentionProblem& p, const fa::GradientCheck& c) {
 }  // namespace
 
 TEST_CASE("stage 10: ragged lengths and every head dim", "[stage10]") {
+  // On the CPU backend, where every thread is a fiber, the two longest pairs (80 tile pairs
+  // each) run at d = 64 only; every head dim still meets several tiles in both directions
+  // at (100, 100). On a GPU everything runs.
   uint64_t seed = 1000;
   for (int64_t d : fa::supported_head_dims()) {
     for (auto [nq, nkv] : fa::test::ragged_lengths()) {
+      if (fa::is_cpu_backend() && nq * nkv > 100 * 1000 / 2 && d != 64) continue;
       const fa::AttentionProblem p = fa::make_problem(1, 2, nq, nkv, d);
       require_passed(p, run_and_check(p, ++seed).check);
     }

@@ -47,23 +47,50 @@ namespace fa::backward {
 // 256 threads see every 64×64 tile (of S, P, dP, dS) as a 16×16 grid of 4×4 blocks, as in
 // stage 05: thread (ty, tx) owns rows 4·ty .. 4·ty+3 and the strided columns tx, tx+16,
 // tx+32, tx+48. For the products with d columns (dV_j, dK_j and dQ_i) it owns the same 4
-// rows (keys for dV and dK, queries for dQ) and columns tx, tx+16, ... of d.
+// rows (keys for dV and dK, queries for dQ) and VEC adjacent columns of d in each group of
+// 16·VEC: columns VEC·tx .. VEC·tx+VEC−1, then 16·VEC further on, and so on.
+//
+// Every shared-memory read is as wide as the data allows (128 bits for 4 floats): each
+// product reads its operands 4 at a time along the sum (S and dP along d, dQ along the keys)
+// or across a thread's 4 adjacent rows or columns (dV and dK). A 4×4 block of products then
+// costs 2 loads per 4 steps of the sum, where stage 05's scalar reads cost 8: the kernel
+// is bound by the FMA units, not by shared memory.
 constexpr int THREADS = 256;      ///< threads per block
 constexpr int TX = 16;            ///< threads along a row of a tile
 constexpr int ROWS = Br / 16;     ///< rows per thread (4)
 constexpr int COLS = Bc / TX;     ///< S columns per thread (4)
-static_assert(Br == Bc, "a thread's rows of S and of dK/dV are both 4·ty .. 4·ty+3");
+static_assert(Br == Bc && ROWS == 4 && COLS == 4, "a thread's rows of S and of dK/dV are both 4·ty .. 4·ty+3");
 static_assert(ROWS * 16 == Br && 16 * TX == THREADS, "tile and thread layout must agree");
 
-constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(e))
 
-/// Shared-memory row strides (floats). +1 puts consecutive rows in different banks.
+/// Shared-memory row strides (floats). +4 keeps rows 16-byte aligned for 128-bit reads and
+/// puts the 8 rows that a quarter of a warp reads at once in 8 different groups of 4 banks.
 template <int D>
 struct Layout {
-  static constexpr int DS = D + 1;   ///< row stride of the K, V, Q and dO tiles
-  static constexpr int PS = Bc + 1;  ///< row stride of the P and dS tiles
+  static constexpr int DS = D + 4;   ///< row stride of the K, V, Q and dO tiles
+  static constexpr int PS = Bc + 4;  ///< row stride of the P and dS tiles
   static constexpr int floats = (Bc + Bc + Br + Br) * DS + 2 * Br * PS + 2 * Br;  ///< the block's shared memory
+  static constexpr int VEC = D >= 64 ? 4 : D / 16;  ///< adjacent columns of d a thread owns (1, 2 or 4)
+  static constexpr int DCOLS = D / TX;             ///< columns of d a thread owns
+  /// The n-th column of d that thread tx owns.
+  static __device__ int col(int tx, int n) { return VEC * tx + TX * VEC * (n / VEC) + n % VEC; }
 };
+
+/// `N` (1, 2 or 4) adjacent floats from 16-, 8- or 4-byte aligned memory, in one load.
+template <int N>
+__device__ void load_vec(float* dst, const float* src) {
+  static_assert(N == 1 || N == 2 || N == 4, "a load of 4, 8 or 16 bytes");
+  if constexpr (N == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+  } else if constexpr (N == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(src);
+    dst[0] = v.x, dst[1] = v.y;
+  } else {
+    dst[0] = *src;
+  }
+}
 
 /// Copies `rows` rows of D floats (16-byte aligned in global memory) into a tile with row
 /// stride `stride`; rows past `valid` are zero-filled, so edge tiles need no special case.
@@ -73,10 +100,22 @@ __device__ void load_tile(float* tile, int stride, const float* src, int rows, i
     const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < valid) v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + c);
-    tile[r * stride + c] = v.x;
-    tile[r * stride + c + 1] = v.y;
-    tile[r * stride + c + 2] = v.z;
-    tile[r * stride + c + 3] = v.w;
+    *reinterpret_cast<float4*>(tile + r * stride + c) = v;
+  }
+}
+
+/// This thread's 4×4 block of A·Bᵀ for A and B tiles whose rows hold D values: rows
+/// 4·ty + ii of A against rows tx + 16·jj of B, both read 4 values of d at a time.
+template <int D>
+__device__ void rows_times_rows(float (&acc)[ROWS][COLS], const float* A, const float* B, int ty, int tx) {
+  using L = Layout<D>;
+  for (int k = 0; k < D; k += 4) {
+    float a[ROWS][4], b[COLS][4];
+    for (int ii = 0; ii < ROWS; ++ii) load_vec<4>(a[ii], A + (ROWS * ty + ii) * L::DS + k);
+    for (int jj = 0; jj < COLS; ++jj) load_vec<4>(b[jj], B + (tx + TX * jj) * L::DS + k);
+    for (int kk = 0; kk < 4; ++kk)
+      for (int ii = 0; ii < ROWS; ++ii)
+        for (int jj = 0; jj < COLS; ++jj) acc[ii][jj] += a[ii][kk] * b[jj][kk];
   }
 }
 
@@ -104,7 +143,8 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const flo
                                                        float* dQ, float* dK, float* dV, int64_t seq_q,
                                                        int64_t seq_kv, float scale, bool causal) {
   using L = Layout<D>;
-  extern __shared__ float smem[];
+  constexpr int VEC = L::VEC, DCOLS = L::DCOLS;
+  extern __shared__ __align__(16) float smem[];
   float* Ks = smem;                 // [Bc][DS]  the K tile, for the whole loop
   float* Vs = Ks + Bc * L::DS;      // [Bc][DS]  the V tile, for the whole loop
   float* Qs = Vs + Bc * L::DS;      // [Br][DS]  the current Q tile
@@ -128,8 +168,8 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const flo
   load_tile<D>(Ks, L::DS, K + (bh * seq_kv + j0) * D, Bc, kv_valid);
   load_tile<D>(Vs, L::DS, V + (bh * seq_kv + j0) * D, Bc, kv_valid);
 
-  // This tile's gradients, on chip for the whole loop: key rows 4·ty + kk, columns tx + 16·cc.
-  float dk_acc[ROWS][D / TX] = {}, dv_acc[ROWS][D / TX] = {};
+  // This tile's gradients, on chip for the whole loop: key rows 4·ty + kk, columns col(tx, n).
+  float dk_acc[ROWS][DCOLS] = {}, dv_acc[ROWS][DCOLS] = {};
 
   // Under the causal mask query i sees key j only if j <= i: Q tiles wholly above this
   // K/V tile's first key add nothing, so the loop starts at the tile holding query j0.
@@ -146,22 +186,8 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const flo
 
     // S = Q_i·K_jᵀ and dP = dO_i·V_jᵀ: this thread's 4×4 blocks of both, in registers.
     float s[ROWS][COLS] = {}, dp[ROWS][COLS] = {};
-    for (int k = 0; k < D; ++k) {
-      float q[ROWS], d_o[ROWS], kk[COLS], vv[COLS];
-      for (int ii = 0; ii < ROWS; ++ii) {
-        q[ii] = Qs[(ROWS * ty + ii) * L::DS + k];
-        d_o[ii] = dOs[(ROWS * ty + ii) * L::DS + k];
-      }
-      for (int jj = 0; jj < COLS; ++jj) {
-        kk[jj] = Ks[(tx + TX * jj) * L::DS + k];
-        vv[jj] = Vs[(tx + TX * jj) * L::DS + k];
-      }
-      for (int ii = 0; ii < ROWS; ++ii)
-        for (int jj = 0; jj < COLS; ++jj) {
-          s[ii][jj] += q[ii] * kk[jj];
-          dp[ii][jj] += d_o[ii] * vv[jj];
-        }
-    }
+    rows_times_rows<D>(s, Qs, Ks, ty, tx);
+    rows_times_rows<D>(dp, dOs, Vs, ty, tx);
 
     // P = exp(S − lse) = 2^(scale·log2(e)·S − lse·log2(e)), and dS = P ∘ (dP − D). Masked
     // entries (past Nq or Nkv, or above the causal diagonal) have P = 0 and so dS = 0.
@@ -179,38 +205,41 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const flo
     }
     __syncthreads();  // the next products read P and dS across rows other warps wrote
 
-    // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i: this thread's key rows 4·ty + kk.
+    // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i: this thread's key rows 4·ty .. 4·ty+3 are 4
+    // adjacent columns of P and dS (one 128-bit read each); its columns of d, VEC at a time.
     for (int r = 0; r < Br; ++r) {
-      float p[ROWS], ds[ROWS], d_o[D / TX], q[D / TX];
-      for (int kk = 0; kk < ROWS; ++kk) {
-        p[kk] = Ps[r * L::PS + ROWS * ty + kk];
-        ds[kk] = dSs[r * L::PS + ROWS * ty + kk];
-      }
-      for (int cc = 0; cc < D / TX; ++cc) {
-        d_o[cc] = dOs[r * L::DS + tx + TX * cc];
-        q[cc] = Qs[r * L::DS + tx + TX * cc];
+      float p[ROWS], ds[ROWS], d_o[DCOLS], q[DCOLS];
+      load_vec<ROWS>(p, Ps + r * L::PS + ROWS * ty);
+      load_vec<ROWS>(ds, dSs + r * L::PS + ROWS * ty);
+      for (int n = 0; n < DCOLS; n += VEC) {
+        load_vec<VEC>(d_o + n, dOs + r * L::DS + L::col(tx, n));
+        load_vec<VEC>(q + n, Qs + r * L::DS + L::col(tx, n));
       }
       for (int kk = 0; kk < ROWS; ++kk)
-        for (int cc = 0; cc < D / TX; ++cc) {
-          dv_acc[kk][cc] += p[kk] * d_o[cc];
-          dk_acc[kk][cc] += ds[kk] * q[cc];
+        for (int n = 0; n < DCOLS; ++n) {
+          dv_acc[kk][n] += p[kk] * d_o[n];
+          dk_acc[kk][n] += ds[kk] * q[n];
         }
     }
 
-    // dQ_i += scale·dS·K_j: this thread's query rows 4·ty + ii. Every K/V tile of the head
-    // adds to the same rows, from other blocks: fp32 atomic adds in HBM (through L2).
-    float dq[ROWS][D / TX] = {};
-    for (int c = 0; c < Bc; ++c) {
-      float ds[ROWS], kk[D / TX];
-      for (int ii = 0; ii < ROWS; ++ii) ds[ii] = dSs[(ROWS * ty + ii) * L::PS + c];
-      for (int cc = 0; cc < D / TX; ++cc) kk[cc] = Ks[c * L::DS + tx + TX * cc];
-      for (int ii = 0; ii < ROWS; ++ii)
-        for (int cc = 0; cc < D / TX; ++cc) dq[ii][cc] += ds[ii] * kk[cc];
+    // dQ_i += scale·dS·K_j: this thread's query rows 4·ty + ii, reading dS 4 keys at a time.
+    // Every K/V tile of the head adds to the same rows, from other blocks: fp32 atomic adds
+    // in HBM (through L2).
+    float dq[ROWS][DCOLS] = {};
+    for (int c = 0; c < Bc; c += 4) {
+      float ds[ROWS][4];
+      for (int ii = 0; ii < ROWS; ++ii) load_vec<4>(ds[ii], dSs + (ROWS * ty + ii) * L::PS + c);
+      for (int cc = 0; cc < 4; ++cc) {
+        float kk[DCOLS];
+        for (int n = 0; n < DCOLS; n += VEC) load_vec<VEC>(kk + n, Ks + (c + cc) * L::DS + L::col(tx, n));
+        for (int ii = 0; ii < ROWS; ++ii)
+          for (int n = 0; n < DCOLS; ++n) dq[ii][n] += ds[ii][cc] * kk[n];
+      }
     }
     for (int ii = 0; ii < ROWS; ++ii) {
       const int r = ROWS * ty + ii;
       if (r >= q_valid) continue;
-      for (int cc = 0; cc < D / TX; ++cc) atomicAdd(&dQh[(i0 + r) * D + tx + TX * cc], scale * dq[ii][cc]);
+      for (int n = 0; n < DCOLS; ++n) atomicAdd(&dQh[(i0 + r) * D + L::col(tx, n)], scale * dq[ii][n]);
     }
     __syncthreads();  // everyone is done with Q_i, dO_i, P and dS before the next tile overwrites them
   }
@@ -221,9 +250,9 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const flo
     if (c >= kv_valid) continue;
     float* dk_row = dK + (bh * seq_kv + j0 + c) * D;
     float* dv_row = dV + (bh * seq_kv + j0 + c) * D;
-    for (int cc = 0; cc < D / TX; ++cc) {
-      dk_row[tx + TX * cc] = scale * dk_acc[kk][cc];
-      dv_row[tx + TX * cc] = dv_acc[kk][cc];
+    for (int n = 0; n < DCOLS; ++n) {
+      dk_row[L::col(tx, n)] = scale * dk_acc[kk][n];
+      dv_row[L::col(tx, n)] = dv_acc[kk][n];
     }
   }
 }
