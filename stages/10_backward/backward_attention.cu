@@ -53,8 +53,8 @@ namespace fa::backward {
 // Every shared-memory read is as wide as the data allows (128 bits for 4 floats): each
 // product reads its operands 4 at a time along the sum (S and dP along d, dQ along the keys)
 // or across a thread's 4 adjacent rows or columns (dV and dK). A 4×4 block of products then
-// costs 2 loads per 4 steps of the sum, where stage 05's scalar reads cost 8: the kernel
-// is bound by the FMA units, not by shared memory.
+// costs 8 loads per 4 steps of the sum, where scalar reads cost 32. The bytes read per
+// multiply-add stay the same, and shared memory still sets the pace (the README's tuning log).
 constexpr int THREADS = 256;      ///< threads per block
 constexpr int TX = 16;            ///< threads along a row of a tile
 constexpr int ROWS = Br / 16;     ///< rows per thread (4)
