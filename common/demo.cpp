@@ -25,42 +25,6 @@ namespace {
 // A run whose conservative estimate exceeds this many seconds says so before it starts.
 constexpr double kLongRunSeconds = 30.0;
 
-// Q, K, V from DIR/q.npy, k.npy, v.npy; the shape comes from the files.
-AttentionInputs load_inputs(const std::string& dir, const DemoOptions& o, AttentionProblem* p) {
-  NpyArray q = load_npy(dir + "/q.npy"), k = load_npy(dir + "/k.npy"), v = load_npy(dir + "/v.npy");
-  const auto need4 = [](const NpyArray& a, const char* name) {
-    if (a.shape.size() != 4) {
-      throw InputError(std::string(name) + ".npy must have shape [B, H, N, d], got " +
-                       std::to_string(a.shape.size()) + " dimensions");
-    }
-  };
-  need4(q, "q");
-  need4(k, "k");
-  need4(v, "v");
-  if (k.shape != v.shape) throw InputError("k.npy and v.npy must have the same shape");
-  if (q.shape[0] != k.shape[0] || q.shape[1] != k.shape[1] || q.shape[3] != k.shape[3]) {
-    throw InputError("q.npy and k.npy must agree on B, H and d");
-  }
-  *p = make_problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], o.scale, o.causal, p->dtype);
-  // fp32 files run in fp16 or bf16 as their values rounded to that type.
-  AttentionInputs in{std::move(q.data), std::move(k.data), std::move(v.data)};
-  round_inputs(in, p->dtype);
-  return in;
-}
-
-void save_tensors(const std::string& dir, const AttentionProblem& p, const AttentionInputs& in,
-                  const std::vector<float>& out) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw InputError(dir + ": cannot create directory (" + ec.message() + ")");
-  const std::vector<int64_t> qs = {p.batch, p.heads, p.seq_q, p.dim};
-  const std::vector<int64_t> ks = {p.batch, p.heads, p.seq_kv, p.dim};
-  save_npy(dir + "/q.npy", qs, in.q.data(), p.dtype);
-  save_npy(dir + "/k.npy", ks, in.k.data(), p.dtype);
-  save_npy(dir + "/v.npy", ks, in.v.data(), p.dtype);
-  save_npy(dir + "/o.npy", qs, out.data(), p.dtype);
-}
-
 int run(int argc, const char* const* argv, const StageDemo& stage) {
   DemoOptions opt = default_demo_options(is_cpu_backend());
   ArgParser parser(argv[0], "Stage " + stage.id + ": " + stage.title +
@@ -84,7 +48,7 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
     throw InputError("stage " + stage.id + " does not support --causal yet");
   }
   const DeviceInfo device = require_device();
-  if (!opt.load_dir.empty()) in = load_inputs(opt.load_dir, opt, &p);
+  if (!opt.load_dir.empty()) in = load_npy_inputs(opt.load_dir, opt.scale, opt.causal, &p);
 
   // Everything is sized before anything is allocated, so a shape that cannot fit
   // fails with a clear message instead of a failed cudaMalloc halfway through.
@@ -121,7 +85,9 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
   DeviceInputs inputs = upload_inputs(in.q, in.k, in.v, p.dtype);
   std::vector<float> out;
   RunReport report = measure_stage(stage, p, in, inputs.tensors(), device, opt, &out);
-  if (!opt.save_dir.empty()) save_tensors(opt.save_dir, p, in, out);
+  if (!opt.save_dir.empty()) {
+    save_npy_tensors(opt.save_dir, p, {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"o", &out}});
+  }
 
   // --compare: earlier stages on the same inputs, each only if it fits now. A stage
   // that does not run in this precision runs in fp32 on the very same values (fp16 and
@@ -161,6 +127,38 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
 }
 
 }  // namespace
+
+AttentionInputs load_npy_inputs(const std::string& dir, double scale, bool causal, AttentionProblem* p) {
+  NpyArray q = load_npy(dir + "/q.npy"), k = load_npy(dir + "/k.npy"), v = load_npy(dir + "/v.npy");
+  const auto need4 = [](const NpyArray& a, const char* name) {
+    if (a.shape.size() != 4) {
+      throw InputError(std::string(name) + ".npy must have shape [B, H, N, d], got " +
+                       std::to_string(a.shape.size()) + " dimensions");
+    }
+  };
+  need4(q, "q");
+  need4(k, "k");
+  need4(v, "v");
+  if (k.shape != v.shape) throw InputError("k.npy and v.npy must have the same shape");
+  if (q.shape[0] != k.shape[0] || q.shape[1] != k.shape[1] || q.shape[3] != k.shape[3]) {
+    throw InputError("q.npy and k.npy must agree on B, H and d");
+  }
+  *p = make_problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], scale, causal, p->dtype);
+  // fp32 files run in fp16 or bf16 as their values rounded to that type.
+  AttentionInputs in{std::move(q.data), std::move(k.data), std::move(v.data)};
+  round_inputs(in, p->dtype);
+  return in;
+}
+
+void save_npy_tensors(const std::string& dir, const AttentionProblem& p, const std::vector<NamedTensor>& tensors) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw InputError(dir + ": cannot create directory (" + ec.message() + ")");
+  for (const auto& [name, x] : tensors) {
+    const int64_t n = static_cast<int64_t>(x->size()) == p.q_elems() ? p.seq_q : p.seq_kv;
+    save_npy(dir + "/" + name + ".npy", {p.batch, p.heads, n, p.dim}, x->data(), p.dtype);
+  }
+}
 
 bool StageDemo::runs_in(DType t) const {
   for (DType d : dtypes) {

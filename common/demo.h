@@ -91,6 +91,21 @@ struct AttentionInputs;
 struct DeviceInfo;
 struct RunReport;
 
+/**
+ * Q, K and V from DIR/q.npy, k.npy and v.npy, checked against each other: each
+ * [B, H, N, d], K and V alike, B, H and d agreeing. `*p` gets the files' shape with `scale`,
+ * `causal` and its own dtype, to which the values are rounded.
+ * \throws InputError naming the file and what is wrong with it.
+ */
+AttentionInputs load_npy_inputs(const std::string& dir, double scale, bool causal, AttentionProblem* p);
+
+/// A tensor to save: its file name without `.npy`, and its values, [B, H, Nq, d] or [B, H, Nkv, d].
+using NamedTensor = std::pair<std::string, const std::vector<float>*>;
+
+/// Writes each tensor as DIR/NAME.npy in p.dtype, shaped by its size as Nq or Nkv rows a
+/// head (the two agree when their sizes do), creating DIR. \throws InputError on failure.
+void save_npy_tensors(const std::string& dir, const AttentionProblem& p, const std::vector<NamedTensor>& tensors);
+
 /// The element type `--dtype` names for `stage` (empty: the stage's default).
 /// \throws InputError naming the types the stage supports.
 DType stage_dtype(const StageDemo& stage, const std::string& dtype_flag);

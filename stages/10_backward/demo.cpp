@@ -13,7 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -54,28 +53,12 @@ std::string fixed(double x, int digits) {
 // Q, K, V and dO from DIR/q.npy, k.npy, v.npy, do.npy; the shape comes from the files.
 void load_tensors(const std::string& dir, const Options& o, fa::AttentionProblem* p, fa::AttentionInputs* in,
                   std::vector<float>* d_o) {
-  fa::NpyArray q = fa::load_npy(dir + "/q.npy"), k = fa::load_npy(dir + "/k.npy"), v = fa::load_npy(dir + "/v.npy"),
-               g = fa::load_npy(dir + "/do.npy");
-  if (q.shape.size() != 4 || k.shape.size() != 4) throw fa::InputError("q.npy and k.npy must have shape [B, H, N, d]");
-  if (k.shape != v.shape) throw fa::InputError("k.npy and v.npy must have the same shape");
-  if (g.shape != q.shape) throw fa::InputError("do.npy must have the shape of q.npy");
-  if (q.shape[0] != k.shape[0] || q.shape[1] != k.shape[1] || q.shape[3] != k.shape[3]) {
-    throw fa::InputError("q.npy and k.npy must agree on B, H and d");
+  *in = fa::load_npy_inputs(dir, o.scale, o.causal, p);
+  fa::NpyArray g = fa::load_npy(dir + "/do.npy");
+  if (g.shape != std::vector<int64_t>{p->batch, p->heads, p->seq_q, p->dim}) {
+    throw fa::InputError("do.npy must have the shape of q.npy");
   }
-  *p = fa::make_problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], o.scale, o.causal);
-  *in = fa::AttentionInputs{std::move(q.data), std::move(k.data), std::move(v.data)};
   *d_o = std::move(g.data);
-}
-
-void save_tensors(const std::string& dir, const fa::AttentionProblem& p,
-                  const std::vector<std::pair<std::string, const std::vector<float>*>>& tensors) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw fa::InputError(dir + ": cannot create directory (" + ec.message() + ")");
-  for (const auto& [name, x] : tensors) {
-    const int64_t n = static_cast<int64_t>(x->size()) == p.q_elems() ? p.seq_q : p.seq_kv;
-    fa::save_npy(dir + "/" + name + ".npy", {p.batch, p.heads, n, p.dim}, x->data());
-  }
 }
 
 int run(int argc, char** argv) {
@@ -175,7 +158,7 @@ int run(int argc, char** argv) {
   }
   if (!o.save_dir.empty()) {
     const std::vector<float> o_host = out.download();
-    save_tensors(o.save_dir, p, {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"o", &o_host}, {"do", &d_o},
+    fa::save_npy_tensors(o.save_dir, p, {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"o", &o_host}, {"do", &d_o},
                                  {"dq", &got.dq}, {"dk", &got.dk}, {"dv", &got.dv}});
   }
   const int warmup = static_cast<int>(o.warmup), repeats = static_cast<int>(o.repeats);
