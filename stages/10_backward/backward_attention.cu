@@ -44,37 +44,60 @@
 
 namespace fa::backward {
 
-// 256 threads see every 64×64 tile (of S, P, dP, dS) as a 16×16 grid of 4×4 blocks, as in
-// stage 05: thread (ty, tx) owns rows 4·ty .. 4·ty+3 and the strided columns tx, tx+16,
-// tx+32, tx+48. For the products with d columns (dV_j, dK_j and dQ_i) it owns the same 4
-// rows (keys for dV and dK, queries for dQ) and VEC adjacent columns of d in each group of
-// 16·VEC: columns VEC·tx .. VEC·tx+VEC−1, then 16·VEC further on, and so on.
+// The block's 256 threads are two warp groups of 128 that share the work of each tile pair
+// (see the README's tuning log for why): group 0 computes S and P, then dV_j += Pᵀ·dO_i;
+// group 1 computes dP and dS, then dK_j += dSᵀ·Q_i; both then compute half of dQ_i. The two
+// halves of each pair are the same product on different tiles, so each is one code path
+// with the group choosing its operands: no branch inside a warp.
 //
-// Every shared-memory read is as wide as the data allows (128 bits for 4 floats): each
-// product reads its operands 4 at a time along the sum (S and dP along d, dQ along the keys)
-// or across a thread's 4 adjacent rows or columns (dV and dK). A 4×4 block of products then
-// costs 8 loads per 4 steps of the sum, where scalar reads cost 32. The bytes read per
-// multiply-add stay the same, and shared memory still sets the pace (the README's tuning log).
-constexpr int THREADS = 256;      ///< threads per block
-constexpr int TX = 16;            ///< threads along a row of a tile
-constexpr int ROWS = Br / 16;     ///< rows per thread (4)
-constexpr int COLS = Bc / TX;     ///< S columns per thread (4)
-static_assert(Br == Bc && ROWS == 4 && COLS == 4, "a thread's rows of S and of dK/dV are both 4·ty .. 4·ty+3");
-static_assert(ROWS * 16 == Br && 16 * TX == THREADS, "tile and thread layout must agree");
+// Register blocking, as in an SGEMM: a thread keeps a block of each product in registers,
+// and every value it reads from shared memory feeds a whole row or column of its block.
+// An R×C block reads R + C floats a step of the sum for R·C multiply-adds: 8×4 reads 1.5
+// bytes a multiply-add, 8×8 reads 1, where stage 05's 4×4 reads 2. Shared memory delivers
+// about 1 byte per multiply-add the FMA units can do, so larger blocks let the FMA units,
+// not shared memory, set the pace.
+//
+// Thread t of a group is (gy, tx) = (t / 16, t % 16), gy in 0..7:
+//   S and dP (64×64):   rows gy + 8·ii (ii < 8), columns tx + 16·jj (jj < 4)     8×4
+//   dV or dK (64×D):    keys 4·gy .. 4·gy+3 and 32 + 4·gy .. 32 + 4·gy+3,         8×D/16
+//                       columns col(tx, n) of d (n < D/16)
+// and for dQ (64×D) all 256 threads are (qy, tx) = (threadIdx.x / 16, tx), qy in 0..15:
+//   dQ:                 rows qy + 16·ii (ii < 4), columns col(tx, n)            4×D/16
+// A thread's rows are interleaved, so that the two rows a warp touches at once are adjacent
+// and fall in different banks; its columns of d are VEC adjacent ones (one 128-bit read
+// when VEC = 4) in each group of 16·VEC.
+constexpr int THREADS = 256;   ///< threads per block
+constexpr int GROUP = 128;     ///< threads per warp group
+constexpr int TX = 16;         ///< threads along a row of a tile
+constexpr int S_ROWS = 8;      ///< rows of S (or dP) per thread
+constexpr int S_COLS = 4;      ///< columns of S (or dP) per thread
+constexpr int KEYS = 8;        ///< keys of dV (or dK) per thread
+constexpr int Q_ROWS = 4;      ///< query rows of dQ per thread
+static_assert(S_ROWS * (GROUP / TX) == Br && S_COLS * TX == Bc,
+              "the 8×16 threads of a group cover the 64×64 tile of S");
+static_assert(KEYS * (GROUP / TX) == Bc && Q_ROWS * (THREADS / TX) == Br, "the keys of dK, dV and rows of dQ are covered");
 
 constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(e))
 
-/// Shared-memory row strides (floats). +4 keeps rows 16-byte aligned for 128-bit reads and
-/// puts the 8 rows that a quarter of a warp reads at once in 8 different groups of 4 banks.
+/// Shared-memory row strides (floats) and a thread's columns of d.
 template <int D>
 struct Layout {
-  static constexpr int DS = D + 4;   ///< row stride of the K, V, Q and dO tiles
-  static constexpr int PS = Bc + 4;  ///< row stride of the P and dS tiles
+  /// Row stride of the K, V, Q and dO tiles: +4 keeps rows 16-byte aligned for 128-bit
+  /// reads and puts the 16 rows that a warp's 16 columns of S read in different banks.
+  static constexpr int DS = D + 4;
+  /// Row stride of the P and dS tiles: +16 puts two adjacent rows half a bank row apart,
+  /// so the two rows a warp writes (or reads) at once never share a bank.
+  static constexpr int PS = Bc + 16;
   static constexpr int floats = (Bc + Bc + Br + Br) * DS + 2 * Br * PS + 2 * Br;  ///< the block's shared memory
   static constexpr int VEC = D >= 64 ? 4 : D / 16;  ///< adjacent columns of d a thread owns (1, 2 or 4)
   static constexpr int DCOLS = D / TX;             ///< columns of d a thread owns
+  /// Blocks a multiprocessor should hold: two at d ≤ 64 (ptxas keeps 128 registers a
+  /// thread), one at d = 128, whose shared memory allows no second block anyway.
+  static constexpr int MIN_BLOCKS = D <= 64 ? 2 : 1;
   /// The n-th column of d that thread tx owns.
   static __device__ int col(int tx, int n) { return VEC * tx + TX * VEC * (n / VEC) + n % VEC; }
+  /// The kk-th key of dK, dV that thread row gy owns: two runs of 4 adjacent keys.
+  static __device__ int key(int gy, int kk) { return 4 * gy + kk % 4 + (Bc / 2) * (kk / 4); }
 };
 
 /// `N` (1, 2 or 4) adjacent floats from 16-, 8- or 4-byte aligned memory, in one load.
@@ -104,18 +127,38 @@ __device__ void load_tile(float* tile, int stride, const float* src, int rows, i
   }
 }
 
-/// This thread's 4×4 block of A·Bᵀ for A and B tiles whose rows hold D values: rows
-/// 4·ty + ii of A against rows tx + 16·jj of B, both read 4 values of d at a time.
+/// This thread's 8×4 block of A·Bᵀ (S = Q·Kᵀ or dP = dO·Vᵀ), for tiles whose rows hold D
+/// values: rows gy + 8·ii of A against rows tx + 16·jj of B, read 4 values of d at a time.
 template <int D>
-__device__ void rows_times_rows(float (&acc)[ROWS][COLS], const float* A, const float* B, int ty, int tx) {
+__device__ void rows_times_rows(float (&acc)[S_ROWS][S_COLS], const float* A, const float* B, int gy, int tx) {
   using L = Layout<D>;
   for (int k = 0; k < D; k += 4) {
-    float a[ROWS][4], b[COLS][4];
-    for (int ii = 0; ii < ROWS; ++ii) load_vec<4>(a[ii], A + (ROWS * ty + ii) * L::DS + k);
-    for (int jj = 0; jj < COLS; ++jj) load_vec<4>(b[jj], B + (tx + TX * jj) * L::DS + k);
-    for (int kk = 0; kk < 4; ++kk)
-      for (int ii = 0; ii < ROWS; ++ii)
-        for (int jj = 0; jj < COLS; ++jj) acc[ii][jj] += a[ii][kk] * b[jj][kk];
+    float b[S_COLS][4];
+    for (int jj = 0; jj < S_COLS; ++jj) load_vec<4>(b[jj], B + (tx + TX * jj) * L::DS + k);
+    for (int ii = 0; ii < S_ROWS; ++ii) {
+      float a[4];
+      load_vec<4>(a, A + (gy + 8 * ii) * L::DS + k);
+      for (int kk = 0; kk < 4; ++kk)
+        for (int jj = 0; jj < S_COLS; ++jj) acc[ii][jj] += a[kk] * b[jj][kk];
+    }
+  }
+}
+
+/// This thread's KEYS×D/16 block of Xᵀ·Y (dV += Pᵀ·dO or dK += dSᵀ·Q), summed over the Br
+/// query rows: X is Br×Bc (row stride PS), Y is Br×D (row stride DS). Each step of the sum
+/// reads the thread's 8 keys of one row of X (two 128-bit reads) and its columns of Y.
+template <int D>
+__device__ void cols_times_cols(float (&acc)[KEYS][Layout<D>::DCOLS], const float* X, const float* Y, int gy,
+                                int tx) {
+  using L = Layout<D>;
+  constexpr int VEC = L::VEC, DCOLS = L::DCOLS;
+  for (int r = 0; r < Br; ++r) {
+    float x[KEYS], y[DCOLS];
+    load_vec<4>(x, X + r * L::PS + L::key(gy, 0));
+    load_vec<4>(x + 4, X + r * L::PS + L::key(gy, 4));
+    for (int n = 0; n < DCOLS; n += VEC) load_vec<VEC>(y + n, Y + r * L::DS + L::col(tx, n));
+    for (int kk = 0; kk < KEYS; ++kk)
+      for (int n = 0; n < DCOLS; ++n) acc[kk][n] += x[kk] * y[n];
   }
 }
 
@@ -138,23 +181,23 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
 
 /// Kernel 2: one block per (K/V tile, batch·head), flattened into blockIdx.x; Q tiles inner.
 template <int D>
-__global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const float* K, const float* V,
-                                                       const float* dO, const float* lse, const float* Dvec,
-                                                       float* dQ, float* dK, float* dV, int64_t seq_q,
-                                                       int64_t seq_kv, float scale, bool causal) {
+__global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
+    dkdv_kernel(const float* Q, const float* K, const float* V, const float* dO, const float* lse, const float* Dvec,
+                float* dQ, float* dK, float* dV, int64_t seq_q, int64_t seq_kv, float scale, bool causal) {
   using L = Layout<D>;
-  constexpr int VEC = L::VEC, DCOLS = L::DCOLS;
+  constexpr int DCOLS = L::DCOLS;
   extern __shared__ __align__(16) float smem[];
   float* Ks = smem;                 // [Bc][DS]  the K tile, for the whole loop
   float* Vs = Ks + Bc * L::DS;      // [Bc][DS]  the V tile, for the whole loop
   float* Qs = Vs + Bc * L::DS;      // [Br][DS]  the current Q tile
   float* dOs = Qs + Br * L::DS;     // [Br][DS]  the current dO tile
-  float* Ps = dOs + Br * L::DS;     // [Br][PS]  P, read across rows by dV's product
-  float* dSs = Ps + Br * L::PS;     // [Br][PS]  dS, read across rows by dK's and dQ's
+  float* Ps = dOs + Br * L::DS;     // [Br][PS]  P, written by group 0
+  float* dSs = Ps + Br * L::PS;     // [Br][PS]  dS, written by group 1
   float* lse_s = dSs + Br * L::PS;  // [Br]      the Q tile's lse, in base-2 units
   float* D_s = lse_s + Br;          // [Br]      the Q tile's D
 
-  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  const int group = threadIdx.x / GROUP;  // 0: S, P and dV; 1: dP, dS and dK
+  const int tx = threadIdx.x % TX, gy = threadIdx.x % GROUP / TX, qy = threadIdx.x / TX;
   const int64_t kv_tiles = (seq_kv + Bc - 1) / Bc;
   const int64_t bh = blockIdx.x / kv_tiles;
   const int64_t j0 = (blockIdx.x % kv_tiles) * Bc;
@@ -168,8 +211,15 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const flo
   load_tile<D>(Ks, L::DS, K + (bh * seq_kv + j0) * D, Bc, kv_valid);
   load_tile<D>(Vs, L::DS, V + (bh * seq_kv + j0) * D, Bc, kv_valid);
 
-  // This tile's gradients, on chip for the whole loop: key rows 4·ty + kk, columns col(tx, n).
-  float dk_acc[ROWS][DCOLS] = {}, dv_acc[ROWS][DCOLS] = {};
+  // The two products each group runs, as (left, right) operands:
+  //   group 0: S = Q_i·K_jᵀ,  dV_j += Pᵀ·dO_i        group 1: dP = dO_i·V_jᵀ,  dK_j += dSᵀ·Q_i
+  const float* left = group == 0 ? Qs : dOs;
+  const float* right = group == 0 ? Ks : Vs;
+  const float* x_tile = group == 0 ? Ps : dSs;
+  const float* y_tile = group == 0 ? dOs : Qs;
+
+  // This group's gradient tile, dV_j (group 0) or dK_j (group 1), on chip for the whole loop.
+  float grad[KEYS][DCOLS] = {};
 
   // Under the causal mask query i sees key j only if j <= i: Q tiles wholly above this
   // K/V tile's first key add nothing, so the loop starts at the tile holding query j0.
@@ -184,76 +234,75 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const float* Q, const flo
     }
     __syncthreads();  // Q_i, dO_i, lse_i, D_i (and on the first pass K_j, V_j) are in shared memory
 
-    // S = Q_i·K_jᵀ and dP = dO_i·V_jᵀ: this thread's 4×4 blocks of both, in registers.
-    float s[ROWS][COLS] = {}, dp[ROWS][COLS] = {};
-    rows_times_rows<D>(s, Qs, Ks, ty, tx);
-    rows_times_rows<D>(dp, dOs, Vs, ty, tx);
-
-    // P = exp(S − lse) = 2^(scale·log2(e)·S − lse·log2(e)), and dS = P ∘ (dP − D). Masked
-    // entries (past Nq or Nkv, or above the causal diagonal) have P = 0 and so dS = 0.
-    for (int ii = 0; ii < ROWS; ++ii) {
-      const int r = ROWS * ty + ii;
-      const int64_t row = i0 + r;
-      for (int jj = 0; jj < COLS; ++jj) {
-        const int c = tx + TX * jj;
-        const int64_t col = j0 + c;
-        const bool masked = row >= seq_q || col >= seq_kv || (causal && col > row);
-        const float p = masked ? 0.0f : exp2f(s[ii][jj] * (scale * LOG2E) - lse_s[r]);
-        Ps[r * L::PS + c] = p;
-        dSs[r * L::PS + c] = p * (dp[ii][jj] - D_s[r]);
-      }
-    }
-    __syncthreads();  // the next products read P and dS across rows other warps wrote
-
-    // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i: this thread's key rows 4·ty .. 4·ty+3 are 4
-    // adjacent columns of P and dS (one 128-bit read each); its columns of d, VEC at a time.
-    for (int r = 0; r < Br; ++r) {
-      float p[ROWS], ds[ROWS], d_o[DCOLS], q[DCOLS];
-      load_vec<ROWS>(p, Ps + r * L::PS + ROWS * ty);
-      load_vec<ROWS>(ds, dSs + r * L::PS + ROWS * ty);
-      for (int n = 0; n < DCOLS; n += VEC) {
-        load_vec<VEC>(d_o + n, dOs + r * L::DS + L::col(tx, n));
-        load_vec<VEC>(q + n, Qs + r * L::DS + L::col(tx, n));
-      }
-      for (int kk = 0; kk < ROWS; ++kk)
-        for (int n = 0; n < DCOLS; ++n) {
-          dv_acc[kk][n] += p[kk] * d_o[n];
-          dk_acc[kk][n] += ds[kk] * q[n];
+    // Group 0: S = Q_i·K_jᵀ, then P = exp(S − lse) = 2^(scale·log2(e)·S − lse·log2(e)).
+    // Group 1: dP = dO_i·V_jᵀ, kept in registers until P is there. Masked entries (past Nq
+    // or Nkv, or above the causal diagonal) get P = 0, and so dS = 0.
+    float s[S_ROWS][S_COLS] = {};
+    rows_times_rows<D>(s, left, right, gy, tx);
+    if (group == 0) {
+      for (int ii = 0; ii < S_ROWS; ++ii) {
+        const int r = gy + 8 * ii;
+        // The last key of the tile that row r sees, as a column of the tile (−1: none).
+        // Under the causal mask query i0 + r sees keys up to its own position, column
+        // i0 + r − j0 of the tile (never negative: the loop starts at the Q tile of key j0).
+        const int64_t own = i0 + r - j0;
+        int last = kv_valid - 1;
+        if (causal && own < last) last = static_cast<int>(own);
+        if (r >= q_valid) last = -1;
+        const float lse_r = lse_s[r];
+        for (int jj = 0; jj < S_COLS; ++jj) {
+          const int c = tx + TX * jj;
+          Ps[r * L::PS + c] = c <= last ? exp2f(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
         }
+      }
     }
+    __syncthreads();  // P is in shared memory
 
-    // dQ_i += scale·dS·K_j: this thread's query rows 4·ty + ii, reading dS 4 keys at a time.
-    // Every K/V tile of the head adds to the same rows, from other blocks: fp32 atomic adds
-    // in HBM (through L2).
-    float dq[ROWS][DCOLS] = {};
+    // Group 1: dS = P ∘ (dP − D), P read where group 0's thread of the same rank wrote it.
+    if (group == 1) {
+      for (int ii = 0; ii < S_ROWS; ++ii) {
+        const int r = gy + 8 * ii;
+        for (int jj = 0; jj < S_COLS; ++jj) {
+          const int c = tx + TX * jj;
+          dSs[r * L::PS + c] = Ps[r * L::PS + c] * (s[ii][jj] - D_s[r]);
+        }
+      }
+    }
+    __syncthreads();  // dS is in shared memory
+
+    // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q_i (group 1, times scale once, at the end).
+    cols_times_cols<D>(grad, x_tile, y_tile, gy, tx);
+
+    // dQ_i += scale·dS·K_j, all 256 threads: rows qy + 16·ii, dS read 4 keys at a time. Every
+    // K/V tile of the head adds to the same rows, from other blocks: fp32 atomic adds in HBM
+    // (through L2).
+    float dq[Q_ROWS][DCOLS] = {};
     for (int c = 0; c < Bc; c += 4) {
-      float ds[ROWS][4];
-      for (int ii = 0; ii < ROWS; ++ii) load_vec<4>(ds[ii], dSs + (ROWS * ty + ii) * L::PS + c);
+      float ds[Q_ROWS][4];
+      for (int ii = 0; ii < Q_ROWS; ++ii) load_vec<4>(ds[ii], dSs + (qy + 16 * ii) * L::PS + c);
       for (int cc = 0; cc < 4; ++cc) {
         float kk[DCOLS];
-        for (int n = 0; n < DCOLS; n += VEC) load_vec<VEC>(kk + n, Ks + (c + cc) * L::DS + L::col(tx, n));
-        for (int ii = 0; ii < ROWS; ++ii)
+        for (int n = 0; n < DCOLS; n += L::VEC) load_vec<L::VEC>(kk + n, Ks + (c + cc) * L::DS + L::col(tx, n));
+        for (int ii = 0; ii < Q_ROWS; ++ii)
           for (int n = 0; n < DCOLS; ++n) dq[ii][n] += ds[ii][cc] * kk[n];
       }
     }
-    for (int ii = 0; ii < ROWS; ++ii) {
-      const int r = ROWS * ty + ii;
+    for (int ii = 0; ii < Q_ROWS; ++ii) {
+      const int r = qy + 16 * ii;
       if (r >= q_valid) continue;
       for (int n = 0; n < DCOLS; ++n) atomicAdd(&dQh[(i0 + r) * D + L::col(tx, n)], scale * dq[ii][n]);
     }
     __syncthreads();  // everyone is done with Q_i, dO_i, P and dS before the next tile overwrites them
   }
 
-  // The only writes of dK_j and dV_j: rows past Nkv are not written.
-  for (int kk = 0; kk < ROWS; ++kk) {
-    const int c = ROWS * ty + kk;
+  // The only writes of dV_j (group 0) and dK_j (group 1): rows past Nkv are not written.
+  float* out = group == 0 ? dV : dK;
+  const float factor = group == 0 ? 1.0f : scale;
+  for (int kk = 0; kk < KEYS; ++kk) {
+    const int c = L::key(gy, kk);
     if (c >= kv_valid) continue;
-    float* dk_row = dK + (bh * seq_kv + j0 + c) * D;
-    float* dv_row = dV + (bh * seq_kv + j0 + c) * D;
-    for (int n = 0; n < DCOLS; ++n) {
-      dk_row[L::col(tx, n)] = scale * dk_acc[kk][n];
-      dv_row[L::col(tx, n)] = dv_acc[kk][n];
-    }
+    float* row = out + (bh * seq_kv + j0 + c) * D;
+    for (int n = 0; n < DCOLS; ++n) row[L::col(tx, n)] = factor * grad[kk][n];
   }
 }
 
