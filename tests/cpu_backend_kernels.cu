@@ -241,6 +241,19 @@ __global__ void throwing_kernel(int bad) {
 
 void throw_in_kernel(int thread) { throwing_kernel<<<2, 128>>>(thread); }
 
+__global__ void vector_atomics_kernel(float* buf, int offset) {
+  const float t = static_cast<float>(threadIdx.x + 1);
+  atomicAdd(reinterpret_cast<float4*>(buf + offset), make_float4(t, 2 * t, 3 * t, 4 * t));
+  atomicAdd(reinterpret_cast<float2*>(buf + offset + 4), make_float2(t, -t));
+}
+
+std::vector<float> vector_atomics(int offset) {
+  DeviceBuffer<float> buf(std::vector<float>(8, 1.0f));
+  vector_atomics_kernel<<<2, 64>>>(buf.data(), offset);
+  FA_CHECK_LAUNCH("vector_atomics_kernel");
+  return buf.download();
+}
+
 __global__ void out_of_bounds_kernel(float* out) {
   __shared__ float tile[32];
   tile[threadIdx.x] = 1.0f;  // BUG on purpose: 33 threads, 32 slots

@@ -25,6 +25,9 @@ std::vector<float> missing_barrier(int threads);
 /// and lane 0 overwrites after a shuffle (write after read), 8 a __syncwarp() that
 /// leaves the reader out. Rules 0, 1, 2, 4 and 6 order the accesses; the others race.
 void ordering_rule(int rule);
+/// Two blocks of 64 threads add (t, 2t, 3t, 4t) to the float4 at buf + offset and (t, −t)
+/// to the float2 after it (t = threadIdx.x + 1), in an 8-float buffer of ones.
+std::vector<float> vector_atomics(int offset);
 /// Launches with a bad configuration and returns cudaGetLastError() as an int.
 int bad_configuration(int threads, int smem_bytes, bool opt_in);
 

@@ -138,6 +138,14 @@ TEST_CASE("a shuffle in a divergent branch is reported as a deadlock", "[cpu_bac
                           HasSubstring("__shfl_down_sync"));
 }
 
+TEST_CASE("float4 and float2 atomicAdd add element by element and fault when misaligned", "[cpu_backend]") {
+  const std::vector<float> out = k::vector_atomics(0);
+  const float sum = 2 * (64 * 65 / 2);  // two blocks of t = 1 .. 64
+  REQUIRE(out == std::vector<float>{1 + sum, 1 + 2 * sum, 1 + 3 * sum, 1 + 4 * sum, 1 + sum, 1 - sum, 1, 1});
+  REQUIRE_THROWS_WITH(k::vector_atomics(2), HasSubstring("atomicAdd of a float4: misaligned address"));
+  REQUIRE_THROWS_WITH(k::vector_atomics(1), HasSubstring("misaligned address"));
+}
+
 TEST_CASE("an exception thrown in a kernel thread reaches the host", "[cpu_backend]") {
   REQUIRE_THROWS_AS(k::throw_in_kernel(77), fa_cpu::KernelFault);
   REQUIRE_THROWS_WITH(k::throw_in_kernel(5), HasSubstring("thread (5,0,0) threw: boom from a kernel thread") &&

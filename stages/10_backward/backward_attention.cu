@@ -27,7 +27,8 @@
  * dK_j and dV_j sum over all queries and are then owned by one block, in registers; dQ_i
  * sums over all keys and is the one that is shared, added in fp32 atomics in HBM (as
  * FlashAttention-2 does). The scores are recomputed, never stored: five matrix products a
- * tile pair, against two in the forward pass.
+ * tile pair, against two in the forward pass. Inside a block, two warp groups split each
+ * tile pair's work between them (below).
  * Cost: D, one float per query row. HBM traffic: K, V read and dK, dV written once; Q, dO,
  * lse and D read, and dQ added to, once per K/V tile.
  * Parallelism: B·H·⌈Nkv/Bc⌉ blocks.
@@ -41,6 +42,7 @@
 #include "common/cuda_check.h"
 #include "common/errors.h"
 #include "common/head_dim.h"
+#include "stages/07_memory_pipeline/cp_async.cuh"
 
 namespace fa::backward {
 
@@ -115,15 +117,39 @@ __device__ void load_vec(float* dst, const float* src) {
   }
 }
 
-/// Copies `rows` rows of D floats (16-byte aligned in global memory) into a tile with row
-/// stride `stride`; rows past `valid` are zero-filled, so edge tiles need no special case.
+/// dst[0 .. N) += v[0 .. N), each element atomically: one 128-bit (or 64-bit) reduction on
+/// GPUs that have them (compute capability 9.0 and later), N scalar ones on older GPUs.
+template <int N>
+__device__ void atomic_add_vec(float* dst, const float* v) {
+#if defined(FA_CPU_KERNEL) || (__CUDA_ARCH__ >= 900 && FA10_VECTOR_ATOMICS)
+  if constexpr (N == 4) {
+    atomicAdd(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
+    return;
+  }
+  if constexpr (N == 2) {
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v[0], v[1]));
+    return;
+  }
+#endif
+  for (int i = 0; i < N; ++i) atomicAdd(dst + i, v[i]);
+}
+
+/// Starts copying `rows` rows of D floats (16-byte aligned in global memory) into a tile
+/// with row stride `stride`, 16 bytes a cp.async (stage 07): every copy of the tile is in
+/// flight at once, with no registers to stage them. Rows past `valid` are zero-filled, so
+/// edge tiles need no special case. The tile is there after cp_async_wait and a barrier.
 template <int D>
 __device__ void load_tile(float* tile, int stride, const float* src, int rows, int valid) {
   for (int idx = threadIdx.x; idx < rows * (D / 4); idx += THREADS) {
     const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
+    const bool inside = r < valid;
+#if FA10_CP_ASYNC
+    pipe::cp_async_16(tile + r * stride + c, src + (inside ? static_cast<int64_t>(r) * D + c : 0), inside);
+#else  // the tuning log's earlier step: through registers, one load's latency after another
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < valid) v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + c);
+    if (inside) v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + c);
     *reinterpret_cast<float4*>(tile + r * stride + c) = v;
+#endif
   }
 }
 
@@ -160,6 +186,19 @@ __device__ void cols_times_cols(float (&acc)[KEYS][Layout<D>::DCOLS], const floa
     for (int kk = 0; kk < KEYS; ++kk)
       for (int n = 0; n < DCOLS; ++n) acc[kk][n] += x[kk] * y[n];
   }
+}
+
+/// 2^x by the hardware's approximation (PTX ex2.approx.ftz), flushing results below 2^−126
+/// to zero, as stage 07 does: exp2f is the same approximation but keeps those denormals,
+/// which costs a few instructions. The CPU backend has no such instruction and uses exp2f.
+__device__ __forceinline__ float fast_exp2(float x) {
+#if defined(FA_CPU_KERNEL) || !FA10_FAST_EXP
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
 }
 
 /// Kernel 1: D_i = Σ_c dO_ic·O_ic for every query row, one warp a row; and dQ_i = 0, the
@@ -210,6 +249,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
   load_tile<D>(Ks, L::DS, K + (bh * seq_kv + j0) * D, Bc, kv_valid);
   load_tile<D>(Vs, L::DS, V + (bh * seq_kv + j0) * D, Bc, kv_valid);
+  pipe::cp_async_commit();
 
   // The two products each group runs, as (left, right) operands:
   //   group 0: S = Q_i·K_jᵀ,  dV_j += Pᵀ·dO_i        group 1: dP = dO_i·V_jᵀ,  dK_j += dSᵀ·Q_i
@@ -221,18 +261,27 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   // This group's gradient tile, dV_j (group 0) or dK_j (group 1), on chip for the whole loop.
   float grad[KEYS][DCOLS] = {};
 
-  // Under the causal mask query i sees key j only if j <= i: Q tiles wholly above this
-  // K/V tile's first key add nothing, so the loop starts at the tile holding query j0.
-  const int64_t i_start = causal ? (j0 / Br) * Br : 0;
-  for (int64_t i0 = i_start; i0 < seq_q; i0 += Br) {  // ---- the only loop: Q tiles ----
+  // Starts loading the Q tile at query i0: Q_i and dO_i by cp.async (waited for at the top
+  // of its loop pass), lse_i and D_i by plain loads.
+  auto load_q_tile = [&](int64_t i0) {
     const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
     load_tile<D>(Qs, L::DS, Qh + i0 * D, Br, q_valid);
     load_tile<D>(dOs, L::DS, dOh + i0 * D, Br, q_valid);
+    pipe::cp_async_commit();
     for (int r = threadIdx.x; r < Br; r += THREADS) {
       lse_s[r] = r < q_valid ? lse_h[i0 + r] * LOG2E : 0.0f;
       D_s[r] = r < q_valid ? D_h[i0 + r] : 0.0f;
     }
-    __syncthreads();  // Q_i, dO_i, lse_i, D_i (and on the first pass K_j, V_j) are in shared memory
+  };
+
+  // Under the causal mask query i sees key j only if j <= i: Q tiles wholly above this
+  // K/V tile's first key add nothing, so the loop starts at the tile holding query j0.
+  const int64_t i_start = causal ? (j0 / Br) * Br : 0;
+  if (i_start < seq_q) load_q_tile(i_start);
+  for (int64_t i0 = i_start; i0 < seq_q; i0 += Br) {  // ---- the only loop: Q tiles ----
+    const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
+    pipe::cp_async_wait<0>();  // this thread's copies of Q_i and dO_i (and K_j and V_j) have landed
+    __syncthreads();           // everyone's: Q_i, dO_i, lse_i, D_i, K_j, V_j are in shared memory
 
     // Group 0: S = Q_i·K_jᵀ, then P = exp(S − lse) = 2^(scale·log2(e)·S − lse·log2(e)).
     // Group 1: dP = dO_i·V_jᵀ, kept in registers until P is there. Masked entries (past Nq
@@ -252,7 +301,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         const float lse_r = lse_s[r];
         for (int jj = 0; jj < S_COLS; ++jj) {
           const int c = tx + TX * jj;
-          Ps[r * L::PS + c] = c <= last ? exp2f(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
+          Ps[r * L::PS + c] = c <= last ? fast_exp2(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
         }
       }
     }
@@ -272,10 +321,14 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
 
     // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q_i (group 1, times scale once, at the end).
     cols_times_cols<D>(grad, x_tile, y_tile, gy, tx);
+    __syncthreads();  // Q_i, dO_i, lse_i and D_i are read for the last time: the next tile may load
+
+    // The next Q tile's copies fly while this one's dQ (which reads only dS and K_j) is computed.
+    if (FA10_EARLY_LOAD && i0 + Br < seq_q) load_q_tile(i0 + Br);
 
     // dQ_i += scale·dS·K_j, all 256 threads: rows qy + 16·ii, dS read 4 keys at a time. Every
-    // K/V tile of the head adds to the same rows, from other blocks: fp32 atomic adds in HBM
-    // (through L2).
+    // K/V tile of the head adds to the same rows, from other blocks: fp32 atomic adds in L2,
+    // VEC adjacent floats in one instruction.
     float dq[Q_ROWS][DCOLS] = {};
     for (int c = 0; c < Bc; c += 4) {
       float ds[Q_ROWS][4];
@@ -290,10 +343,16 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     for (int ii = 0; ii < Q_ROWS; ++ii) {
       const int r = qy + 16 * ii;
       if (r >= q_valid) continue;
-      for (int n = 0; n < DCOLS; ++n) atomicAdd(&dQh[(i0 + r) * D + L::col(tx, n)], scale * dq[ii][n]);
+      for (int n = 0; n < DCOLS; n += L::VEC) {
+        float add[L::VEC];
+        for (int e = 0; e < L::VEC; ++e) add[e] = scale * dq[ii][n + e];
+        atomic_add_vec<L::VEC>(&dQh[(i0 + r) * D + L::col(tx, n)], add);
+      }
     }
-    __syncthreads();  // everyone is done with Q_i, dO_i, P and dS before the next tile overwrites them
+    if (!FA10_EARLY_LOAD && i0 + Br < seq_q) load_q_tile(i0 + Br);
   }
+
+  pipe::cp_async_wait<0>();  // K_j and V_j, when no Q tile sees this tile (causal, Nq < Nkv)
 
   // The only writes of dV_j (group 0) and dK_j (group 1): rows past Nkv are not written.
   float* out = group == 0 ? dV : dK;

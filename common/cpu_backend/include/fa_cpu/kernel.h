@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -147,6 +149,25 @@ inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
 
 // Atomics: one fiber runs at a time, so a plain read-modify-write is atomic.
 template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+/// float2 and float4 atomicAdd (compute capability 9.0, global memory): each element is
+/// added atomically on its own, and the address must be aligned to the vector's size, or
+/// the GPU faults; so does this emulation.
+template <typename V>
+inline V atomic_add_vector(V* p, V v) {
+  if (reinterpret_cast<std::uintptr_t>(p) % sizeof(V) != 0) {
+    throw std::runtime_error("atomicAdd of a float" + std::to_string(sizeof(V) / 4) + ": misaligned address");
+  }
+  constexpr std::size_t n = sizeof(V) / sizeof(float);
+  const V old = *p;
+  float sum[n], add[n];
+  std::memcpy(sum, p, sizeof(V));
+  std::memcpy(add, &v, sizeof(V));
+  for (std::size_t i = 0; i < n; ++i) sum[i] += add[i];
+  std::memcpy(p, sum, sizeof(V));
+  return old;
+}
+inline float2 atomicAdd(float2* p, float2 v) { return atomic_add_vector(p, v); }
+inline float4 atomicAdd(float4* p, float4 v) { return atomic_add_vector(p, v); }
 template <typename T> inline T atomicSub(T* p, T v) { T old = *p; *p = old - v; return old; }
 template <typename T> inline T atomicMax(T* p, T v) { T old = *p; if (old < v) *p = v; return old; }
 template <typename T> inline T atomicMin(T* p, T v) { T old = *p; if (v < old) *p = v; return old; }
