@@ -124,14 +124,13 @@ __device__ void atomic_add_vec(float* dst, const float* v) {
 #if defined(FA_CPU_KERNEL) || (__CUDA_ARCH__ >= 900 && FA10_VECTOR_ATOMICS)
   if constexpr (N == 4) {
     atomicAdd(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
-    return;
-  }
-  if constexpr (N == 2) {
+  } else if constexpr (N == 2) {
     atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v[0], v[1]));
-    return;
-  }
+  } else  // one float: the scalar atomic below
 #endif
-  for (int i = 0; i < N; ++i) atomicAdd(dst + i, v[i]);
+  {
+    for (int i = 0; i < N; ++i) atomicAdd(dst + i, v[i]);
+  }
 }
 
 /// Starts copying `rows` rows of D floats (16-byte aligned in global memory) into a tile
