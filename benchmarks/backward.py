@@ -22,7 +22,10 @@ allocation during the call (it allocates dQ, dK, dV there), the stage's dQ, dK, 
   python3 benchmarks/backward.py --demo build/bin/stage10_backward --lib build/lib/libfa_inputs.so \\
       --csv backward.csv
 
-Exit status: 0 done, 2 bad arguments; without PyTorch the stage's rows are still written.
+  python3 benchmarks/backward.py --plot backward.csv [--check]   # backward_ms.svg beside it
+
+Exit status: 0 done (with --check: the plot matches), 1 the plot is out of date, 2 bad
+arguments; without PyTorch the stage's rows are still written.
 """
 import argparse
 import csv
@@ -44,8 +47,10 @@ POINTS = [(4, 32, 4096, 64), (4, 32, 4096, 128)]
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--demo", required=True, help="path of stage10_backward")
-    ap.add_argument("--lib", required=True, help="path of libfa_inputs.so")
+    ap.add_argument("--plot", metavar="CSV", help="only draw backward_ms.svg next to this CSV, then exit")
+    ap.add_argument("--check", action="store_true", help="with --plot: exit 1 if the plot differs, write nothing")
+    ap.add_argument("--demo", help="path of stage10_backward")
+    ap.add_argument("--lib", help="path of libfa_inputs.so")
     ap.add_argument("--csv", help="write the rows here")
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--repeats", type=int, default=10)
@@ -130,8 +135,42 @@ def torch_rows(torch, lib, args, b, h, n, d, causal, device):
     return rows
 
 
+def plot(path, check):
+    """backward_ms.svg next to the CSV: each shape's backward time, stage 10 beside SDPA."""
+    import os
+    import report  # the benchmark's own charts, from this folder
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "measured" and r["median_ms"]]
+    bars = [("stage 10", "#d62728"), ("SDPA efficient (tensor cores, 3xTF32)", "#1f77b4"),
+            ("SDPA math (stores P)", "#c7c7c7"), ("forward pass, stage 05", "#2ca02c")]
+    shapes = sorted({(int(r["dim"]), int(r["causal"])) for r in rows})
+    groups = []
+    for d, causal in shapes:
+        at = {r["name"]: r for r in rows if (int(r["dim"]), int(r["causal"])) == (d, causal)}
+        stage = at.get("10_backward")
+        values = [float(stage["median_ms"]) if stage else None]
+        values += [float(at[n]["median_ms"]) if n in at else None for n in ("sdpa_efficient", "sdpa_math")]
+        values.append(float(stage["forward_ms"]) if stage and stage["forward_ms"] else None)
+        groups.append((f"d={d}" + (" causal" if causal else ""), values))
+    r0 = rows[0]
+    report.bar_chart(os.path.join(os.path.dirname(path), "backward_ms.svg"),
+                     f"Backward pass, FP32: median time, ms (B={r0['batch']} H={r0['heads']} N={r0['seq']})",
+                     r0["device"] + "; lower is better; TF32 off", groups, check=check, bars=bars, unit="ms")
+    if check:
+        if report.STALE:
+            print("backward.py: out of date (run --plot without --check): " + ", ".join(report.STALE))
+            return 1
+        print("backward.py: backward_ms.svg matches the CSV")
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.plot:
+        return plot(args.plot, args.check)
+    if not (args.demo and args.lib):
+        print("backward.py: --demo and --lib are needed (or --plot CSV)", file=sys.stderr)
+        return 2
     masks = {"no": [False], "yes": [True], "no,yes": [False, True], "yes,no": [False, True]}.get(args.causal)
     if masks is None:
         print("--causal: no, yes or no,yes", file=sys.stderr)

@@ -195,9 +195,9 @@ def line_chart(path, title, subtitle, xlabel, ylabel, yunit, series, hline=None,
     return True
 
 
-def bar_chart(path, title, subtitle, groups, check=False):
-    """Grouped bars on a log axis: groups = [(label, [value GB or None, ...])], one value
-    per entry of BARS."""
+def bar_chart(path, title, subtitle, groups, check=False, bars=BARS, unit="GB"):
+    """Grouped bars on a log axis: groups = [(label, [value or None, ...])], one value per
+    entry of bars, [(legend, colour)]; values in `unit` (GB for the HBM chart)."""
     vals = [v for _, vs in groups for v in vs if v]
     if not vals:
         return False
@@ -205,24 +205,24 @@ def bar_chart(path, title, subtitle, groups, check=False):
     y0, y1 = math.log10(min(vals)) - 0.2, math.log10(max(vals)) + 0.15
     Y = lambda y: T + (y1 - math.log10(y)) / (y1 - y0) * (H - T - B)
     gw = (W - L - R) / len(groups)
-    bw = 0.8 / len(BARS)
+    bw = 0.8 / len(bars)
     s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
          'font-family="Helvetica, Arial, sans-serif" font-size="12">',
          f'<rect width="{W}" height="{H}" fill="white"/>',
          f'<text x="{L}" y="22" font-size="15" font-weight="bold">{esc(title)}</text>',
          f'<text x="{L}" y="42" fill="#444">{esc(subtitle)}</text>']
     lx = L
-    for label, colour in BARS:
+    for label, colour in bars:
         s.append(f'<rect x="{lx}" y="54" width="12" height="12" fill="{colour}"/>'
                  f'<text x="{lx + 18}" y="65">{esc(label)}</text>')
         lx += 24 + 6.6 * len(label)
-    for t in log_ticks(10**y0, 10**y1, "GB"):
+    for t in log_ticks(10**y0, 10**y1, unit):
         s.append(f'<line x1="{L}" y1="{Y(t):.1f}" x2="{W - R}" y2="{Y(t):.1f}" stroke="#e6e6e6"/>')
-        s.append(f'<text x="{L - 6}" y="{Y(t) + 4:.1f}" text-anchor="end">{esc(fmt_tick(t, "GB"))}</text>')
+        s.append(f'<text x="{L - 6}" y="{Y(t) + 4:.1f}" text-anchor="end">{esc(fmt_tick(t, unit))}</text>')
     base = H - B
     for i, (label, values) in enumerate(groups):
         x = L + i * gw
-        for j, (v, (_, colour)) in enumerate(zip(values, BARS)):
+        for j, (v, (_, colour)) in enumerate(zip(values, bars)):
             if v:
                 bx = x + gw * (0.1 + bw * j)
                 s.append(f'<rect x="{bx:.1f}" y="{Y(v):.1f}" width="{gw * bw * 0.92:.1f}" '

@@ -96,6 +96,11 @@ struct Layout {
   /// Blocks a multiprocessor should hold: two at d ≤ 64 (ptxas keeps 128 registers a
   /// thread), one at d = 128, whose shared memory allows no second block anyway.
   static constexpr int MIN_BLOCKS = D <= 64 ? 2 : 1;
+  /// Steps of the sum (4 values of d each) unrolled in S = Q·Kᵀ and dP = dO·Vᵀ: two at
+  /// d = 128, whose registers let the next step's loads start before this step's
+  /// multiply-adds; one at d ≤ 64, where the 128 registers of two blocks a multiprocessor
+  /// would spill (the README's tuning log).
+  static constexpr int S_UNROLL = D >= 128 ? 2 : 1;
   /// The n-th column of d that thread tx owns.
   static __device__ int col(int tx, int n) { return VEC * tx + TX * VEC * (n / VEC) + n % VEC; }
   /// The kk-th key of dK, dV that thread row gy owns: two runs of 4 adjacent keys.
@@ -157,6 +162,7 @@ __device__ void load_tile(float* tile, int stride, const float* src, int rows, i
 template <int D>
 __device__ void rows_times_rows(float (&acc)[S_ROWS][S_COLS], const float* A, const float* B, int gy, int tx) {
   using L = Layout<D>;
+#pragma unroll L::S_UNROLL
   for (int k = 0; k < D; k += 4) {
     float b[S_COLS][4];
     for (int jj = 0; jj < S_COLS; ++jj) load_vec<4>(b[jj], B + (tx + TX * jj) * L::DS + k);
