@@ -25,7 +25,7 @@
  *
  * What changed since stage 05: the outer loop runs over K/V tiles, as in stage 04, because
  * dK_j and dV_j sum over all queries and are then owned by one block, in registers; dQ_i
- * sums over all keys and is the one that is shared, added in fp32 atomics in HBM (as
+ * sums over all keys and is the one that is shared, added by fp32 atomics in L2 (as
  * FlashAttention-2 does). The scores are recomputed, never stored: five matrix products a
  * tile pair, against two in the forward pass. Inside a block, two warp groups split each
  * tile pair's work between them (below).
@@ -48,9 +48,9 @@ namespace fa::backward {
 
 // The block's 256 threads are two warp groups of 128 that share the work of each tile pair
 // (see the README's tuning log for why): group 0 computes S and P, then dV_j += Pᵀ·dO_i;
-// group 1 computes dP and dS, then dK_j += dSᵀ·Q_i; both then compute half of dQ_i. The two
-// halves of each pair are the same product on different tiles, so each is one code path
-// with the group choosing its operands: no branch inside a warp.
+// group 1 computes dP and dS, then dK_j += dSᵀ·Q_i; then all 256 threads compute dQ_i. The
+// two products of each pair have the same shape, on different tiles, so each pair is one
+// code path with the group choosing its operands: no branch inside a warp.
 //
 // Register blocking, as in an SGEMM: a thread keeps a block of each product in registers,
 // and every value it reads from shared memory feeds a whole row or column of its block.
