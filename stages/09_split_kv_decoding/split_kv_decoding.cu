@@ -158,6 +158,34 @@ __device__ __forceinline__ void allow_merge_launch() {
 #endif
 }
 
+/// What one split block works on: blockIdx.x = KV head · row groups + row group, blockIdx.y
+/// = split. Its `rows` query rows start at row r0 of the KV head's R; its keys are
+/// [begin, end) of sequence b's cache, `len` rows long. begin >= len: nothing to do.
+struct BlockWork {
+  int kv_head;  ///< b·Hkv + hkv
+  int r0;       ///< the first of this block's rows, among the KV head's R
+  int rows;     ///< rows this block serves (fewer in the last row group)
+  int split;    ///< blockIdx.y
+  int b;        ///< the sequence
+  int len;      ///< its cache length
+  int begin;    ///< this split's first key
+  int end;      ///< one past its last key
+};
+
+/// This block's BlockWork, for blocks of `rows_per_block` rows.
+__device__ __forceinline__ BlockWork block_work(const int* kv_lens, const Params& prm, int rows_per_block) {
+  BlockWork w;
+  w.kv_head = blockIdx.x / prm.row_groups;
+  w.r0 = blockIdx.x % prm.row_groups * rows_per_block;
+  w.rows = min(rows_per_block, prm.rows - w.r0);
+  w.split = blockIdx.y;
+  w.b = w.kv_head / prm.kv_heads;
+  w.len = kv_lens[w.b];
+  w.begin = w.split * prm.chunk;
+  w.end = min(w.begin + prm.chunk, w.len);
+  return w;
+}
+
 /**
  * The end of a split block: the WARPS warps' partial results for its `rows` rows (from
  * row `row0` on), in shared memory as acc[warp][row][column] and stats[warp][row], merged
@@ -199,15 +227,8 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
   constexpr unsigned FULL = 0xffffffffu;
 
   allow_merge_launch();
-  const int kv_head = blockIdx.x / prm.row_groups;       // b·Hkv + hkv
-  const int r0 = blockIdx.x % prm.row_groups * ROWS;     // first of this block's rows
-  const int rows = min(ROWS, prm.rows - r0);
-  const int split = blockIdx.y;
-  const int b = kv_head / prm.kv_heads;
-  const int len = kv_lens[b];
-  const int begin = split * prm.chunk;
+  const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
   if (begin >= len) return;  // this sequence is shorter: nothing here, and the merge skips this split
-  const int end = min(begin + prm.chunk, len);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slot = lane / LANES;   // which of a load's KEYS key rows this lane reads
@@ -406,15 +427,8 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
   constexpr unsigned FULL = 0xffffffffu;
 
   allow_merge_launch();
-  const int kv_head = blockIdx.x / prm.row_groups;
-  const int r0 = blockIdx.x % prm.row_groups * ROWS;
-  const int rows = min(ROWS, prm.rows - r0);
-  const int split = blockIdx.y;
-  const int b = kv_head / prm.kv_heads;
-  const int len = kv_lens[b];
-  const int begin = split * prm.chunk;
+  const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
   if (begin >= len) return;
-  const int end = min(begin + prm.chunk, len);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
