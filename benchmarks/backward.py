@@ -156,12 +156,7 @@ def plot(path, check):
     report.bar_chart(os.path.join(os.path.dirname(path), "backward_ms.svg"),
                      f"Backward pass, FP32: median time, ms (B={r0['batch']} H={r0['heads']} N={r0['seq']})",
                      r0["device"] + "; lower is better; TF32 off", groups, check=check, bars=bars, unit="ms")
-    if check:
-        if report.STALE:
-            print("backward.py: out of date (run --plot without --check): " + ", ".join(report.STALE))
-            return 1
-        print("backward.py: backward_ms.svg matches the CSV")
-    return 0
+    return report.plot_checked("backward.py", "backward_ms.svg") if check else 0
 
 
 def main():

@@ -153,12 +153,7 @@ def plot(path, check):
                       f"Decoding: cache read rate vs cache length ({rows[0]['precision'].upper()}, Hq=32, one query)",
                       device + "; solid B=1 Hkv=32 d=128, dashed B=16 Hkv=8 (GQA), dotted d=64",
                       "cache length L (log scale)", "TB/s of K and V read (log scale)", "TB/s", series, check=check)
-    if check:
-        if report.STALE:
-            print("decode.py: out of date (run --plot without --check): " + ", ".join(report.STALE))
-            return 1
-        print("decode.py: decode_tbps.svg matches the CSV")
-    return 0
+    return report.plot_checked("decode.py", "decode_tbps.svg") if check else 0
 
 
 def main():

@@ -66,6 +66,15 @@ BARS = [("measured: DRAM bytes read + written (Nsight Compute)", "#1f77b4"), ("I
 STALE = []  # with --check: the files whose content differs from what this run makes
 
 
+def plot_checked(script, plot):
+    """The end of a script's `--plot CSV --check`: 1 and the files out of date, or 0."""
+    if STALE:
+        print(f"{script}: out of date (run --plot without --check): " + ", ".join(STALE))
+        return 1
+    print(f"{script}: {plot} matches the CSV")
+    return 0
+
+
 def emit(path, text, check):
     """Writes `text` to `path`; with `check`, only notes whether the file differs."""
     if check:

@@ -77,7 +77,8 @@ constexpr int KEYS = 8;        ///< keys of dV (or dK) per thread
 constexpr int Q_ROWS = 4;      ///< query rows of dQ per thread
 static_assert(S_ROWS * (GROUP / TX) == Br && S_COLS * TX == Bc,
               "the 8×16 threads of a group cover the 64×64 tile of S");
-static_assert(KEYS * (GROUP / TX) == Bc && Q_ROWS * (THREADS / TX) == Br, "the keys of dK, dV and rows of dQ are covered");
+static_assert(KEYS * (GROUP / TX) == Bc && Q_ROWS * (THREADS / TX) == Br,
+              "the keys of dK, dV and rows of dQ are covered");
 
 constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(e))
 
