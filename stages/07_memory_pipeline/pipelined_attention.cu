@@ -49,12 +49,14 @@
 #include "common/head_dim.h"
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/07_memory_pipeline/cp_async.cuh"
+#include "stages/07_memory_pipeline/fast_exp2.cuh"
 
 namespace fa::pipeline {
 
 using pipe::cp_async_16;
 using pipe::cp_async_commit;
 using pipe::cp_async_wait;
+using pipe::fast_exp2;
 using pipe::swizzle;
 using tc::ldmatrix_x4;
 using tc::ldmatrix_x4_trans;
@@ -152,19 +154,6 @@ struct TileCopy {
     }
   }
 };
-
-/// 2^x by the hardware's approximation, flushing denormal results to zero: exp2f is the
-/// same approximation (PTX ex2.approx.f32) but must keep denormals, which costs instructions. The CPU backend has no
-/// such instruction and uses exp2f. FA07_FAST_EXP=0 uses exp2f on the GPU too.
-__device__ __forceinline__ float fast_exp2(float x) {
-#if defined(FA_CPU_KERNEL) || !FA07_FAST_EXP
-  return exp2f(x);
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
 
 /// Max (or sum) over the quad of lanes that holds one row of a C fragment (lanes 4g .. 4g+3).
 __device__ float quad_max(float x) {
@@ -361,12 +350,12 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
         // 0 instead gives 2^−inf = 0 for every masked score, with one test per row rather
         // than one per score.
         const float m_sub = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[mt][h] = m_new == m_old ? 1.0f : fast_exp2(m_old - m_sub);  // 0 on the first tile
+        alpha[mt][h] = m_new == m_old ? 1.0f : fast_exp2<FA07_FAST_EXP>(m_old - m_sub);  // 0 on the first tile
         moved |= m_new != m_old;
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
-          s[mt][n][2 * h] = fast_exp2(fmaf(s[mt][n][2 * h], scale_log2, -m_sub));
-          s[mt][n][2 * h + 1] = fast_exp2(fmaf(s[mt][n][2 * h + 1], scale_log2, -m_sub));
+          s[mt][n][2 * h] = fast_exp2<FA07_FAST_EXP>(fmaf(s[mt][n][2 * h], scale_log2, -m_sub));
+          s[mt][n][2 * h + 1] = fast_exp2<FA07_FAST_EXP>(fmaf(s[mt][n][2 * h + 1], scale_log2, -m_sub));
         }
         const float sum = row_reduce(s[mt], h, [](float a, float b) { return a + b; });
         l_run[mt][h] = alpha[mt][h] * l_run[mt][h] + sum;

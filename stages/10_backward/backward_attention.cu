@@ -43,6 +43,7 @@
 #include "common/errors.h"
 #include "common/head_dim.h"
 #include "stages/07_memory_pipeline/cp_async.cuh"
+#include "stages/07_memory_pipeline/fast_exp2.cuh"
 
 namespace fa::backward {
 
@@ -194,19 +195,6 @@ __device__ void cols_times_cols(float (&acc)[KEYS][Layout<D>::DCOLS], const floa
   }
 }
 
-/// 2^x by the hardware's approximation (PTX ex2.approx.ftz), flushing results below 2^−126
-/// to zero, as stage 07 does: exp2f is the same approximation but keeps those denormals,
-/// which costs a few instructions. The CPU backend has no such instruction and uses exp2f.
-__device__ __forceinline__ float fast_exp2(float x) {
-#if defined(FA_CPU_KERNEL) || !FA10_FAST_EXP
-  return exp2f(x);
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
-
 /// Kernel 1: D_i = Σ_c dO_ic·O_ic for every query row, one warp a row; and dQ_i = 0, the
 /// starting point of kernel 2's atomic sums.
 template <int D>
@@ -307,7 +295,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         const float lse_r = lse_s[r];
         for (int jj = 0; jj < S_COLS; ++jj) {
           const int c = tx + TX * jj;
-          Ps[r * L::PS + c] = c <= last ? fast_exp2(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
+          Ps[r * L::PS + c] = c <= last ? pipe::fast_exp2<FA10_FAST_EXP>(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
         }
       }
     }
