@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/errors.h"
 
@@ -105,6 +106,18 @@ void ArgParser::add_string(const std::string& name, std::string* target, const s
                       }});
 }
 
+void ArgParser::reword(const std::string& name, const std::string& help) {
+  Option* o = find(name);
+  if (!o) throw std::logic_error("reword: no option --" + name);
+  o->help = help;
+}
+
+void ArgParser::remove(const std::string& name) {
+  Option* o = find(name);
+  if (!o) throw std::logic_error("remove: no option --" + name);
+  options_.erase(options_.begin() + (o - options_.data()));
+}
+
 bool ArgParser::parse(int argc, const char* const* argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -178,7 +191,7 @@ DemoOptions default_demo_options(bool cpu_backend) {
   return o;
 }
 
-void add_demo_options(ArgParser& p, DemoOptions& o) {
+void add_demo_options(ArgParser& p, DemoOptions& o, const std::vector<std::string>& leave_out) {
   p.add_int("batch", &o.batch, "batch size B");
   p.add_int("heads", &o.heads, "heads per batch entry H");
   p.add_int("seq-q", &o.seq_q, "query length Nq");
@@ -200,6 +213,7 @@ void add_demo_options(ArgParser& p, DemoOptions& o) {
   p.add_switch("dry-run", &o.dry_run, "check the shape, say what it needs and how long it may take, run nothing");
   p.add_string("load", &o.load_dir, "read q.npy, k.npy, v.npy from DIR (sets the shape)", "DIR");
   p.add_string("save", &o.save_dir, "write q.npy, k.npy, v.npy, o.npy to DIR", "DIR");
+  for (const std::string& name : leave_out) p.remove(name);
 }
 
 }  // namespace fa

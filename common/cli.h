@@ -33,6 +33,13 @@ class ArgParser {
   void add_string(const std::string& name, std::string* target, const std::string& help,
                   const std::string& metavar = "VALUE");
 
+  /// Replaces the help text of option `name`, for a demo in which a shared flag means a
+  /// little more (stage 09's `--heads` are query heads). \throws std::logic_error if none.
+  void reword(const std::string& name, const std::string& help);
+
+  /// Unregisters option `name`. \throws std::logic_error if there is none.
+  void remove(const std::string& name);
+
   /**
    * Parses argv. \returns false if --help was given (help already printed to stdout).
    * \throws UsageError naming the bad flag or value.
@@ -82,7 +89,9 @@ struct DemoOptions {
 /// Defaults for demos: the seeds' shape on a GPU, a small one on the CPU backend.
 DemoOptions default_demo_options(bool cpu_backend);
 
-/// Registers the shared demo flags on a parser.
-void add_demo_options(ArgParser& parser, DemoOptions& options);
+/// Registers the shared demo flags on a parser, but those named in `leave_out` ("load"):
+/// a demo that is not driven by run_stage_demo() takes the flags that apply to it, rewords
+/// what it must (ArgParser::reword) and adds its own.
+void add_demo_options(ArgParser& parser, DemoOptions& options, const std::vector<std::string>& leave_out = {});
 
 }  // namespace fa

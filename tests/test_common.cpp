@@ -161,3 +161,25 @@ TEST_CASE("the command line parses values and rejects bad ones", "[cli]") {
   REQUIRE_THROWS_WITH(parse({"--causal=1"}), HasSubstring("takes no value"));
   REQUIRE_THROWS_AS(parse({"--magnitude", "nan"}), fa::UsageError);
 }
+
+TEST_CASE("a demo takes the shared flags it needs, reworded, and adds its own", "[cli]") {
+  fa::DemoOptions o = fa::default_demo_options(true);
+  int64_t splits = 0;
+  fa::ArgParser parser("demo", "test");
+  fa::add_demo_options(parser, o, {"load", "save"});
+  parser.reword("heads", "query heads Hq");
+  parser.add_int("splits", &splits, "blocks along each cache", 0);
+  const std::string help = parser.help();
+  REQUIRE_THAT(help, HasSubstring("query heads Hq (default: 2)"));
+  REQUIRE_THAT(help, HasSubstring("--splits N"));
+  REQUIRE_THAT(help, !HasSubstring("--load"));
+  REQUIRE_THAT(help, !HasSubstring("heads per batch entry"));
+  std::vector<const char*> args = {"demo", "--heads", "8", "--splits", "3"};
+  REQUIRE(parser.parse(static_cast<int>(args.size()), args.data()));
+  REQUIRE(o.heads == 8);
+  REQUIRE(splits == 3);
+  args = {"demo", "--save", "out"};
+  REQUIRE_THROWS_WITH(parser.parse(static_cast<int>(args.size()), args.data()), HasSubstring("unknown option '--save'"));
+  REQUIRE_THROWS_AS(parser.reword("frobnicate", "x"), std::logic_error);
+  REQUIRE_THROWS_AS(parser.remove("frobnicate"), std::logic_error);
+}

@@ -37,16 +37,12 @@
 
 namespace {
 
-struct Options {
-  int64_t batch = 1, heads = 32, kv_heads = 0, seq_q = 1, seq_kv = 32768, dim = 128;
-  std::vector<int64_t> kv_lens;  // empty: every sequence is --seq-kv long
-  int64_t splits = 0;            // 0: chosen from the shape and the GPU
-  double scale = 0.0, magnitude = 1.0;
-  bool causal = false, check = true, json = false, brief = false, compare = false, dry_run = false;
-  bool bandwidth = false;
-  std::string dtype = "fp16";
-  uint64_t seed = 2024;
-  int64_t warmup = 3, repeats = 20, check_rows = 1024;
+// The shared demo flags (common/cli.h) and the decoding problem's own.
+struct Options : fa::DemoOptions {
+  int64_t kv_heads = 0;          // --kv-heads; 0: Hkv = Hq
+  std::vector<int64_t> kv_lens;  // --kv-lens; empty: every sequence is --seq-kv long
+  int64_t splits = 0;            // --splits; 0: chosen from the shape and the GPU
+  bool bandwidth = false;        // --bandwidth
 };
 
 std::string fixed(double x, int digits) {
@@ -85,36 +81,31 @@ double copy_tbps(std::size_t bytes, int repeats) {
 int run(int argc, char** argv) {
   const bool cpu = fa::is_cpu_backend();
   Options o;
+  static_cast<fa::DemoOptions&>(o) = fa::default_demo_options(cpu);
   if (cpu) {  // every CUDA thread is a fiber on one core: a small step, still split four ways
-    o.batch = 2, o.heads = 8, o.kv_heads = 2, o.seq_kv = 1000, o.dim = 64, o.splits = 4;
-    o.warmup = 0, o.repeats = 1;
+    o.batch = 2, o.heads = 8, o.kv_heads = 2, o.seq_q = 1, o.seq_kv = 1000, o.dim = 64, o.splits = 4;
+  } else {  // one sequence and a cache of 32768 keys, as the benchmark's first shape
+    o.batch = 1, o.heads = 32, o.seq_q = 1, o.seq_kv = 32768, o.dim = 128;
   }
+  o.dtype = "fp16";
   fa::ArgParser a(argv[0],
                   "Stage 09_split_kv_decoding: one decode step, the KV cache split across blocks and the parts "
                   "merged with stage 02's rule.\nRuns it on random inputs, checks it against a float64 CPU "
                   "reference and reports its median time and the cache bytes read per second.");
-  a.add_int("batch", &o.batch, "sequences B");
-  a.add_int("heads", &o.heads, "query heads Hq");
+  fa::add_demo_options(a, o, {"load", "save"});
+  a.reword("batch", "sequences B");
+  a.reword("heads", "query heads Hq");
+  a.reword("seq-q", "new queries per sequence Nq");
+  a.reword("seq-kv", "cache capacity Nmax: rows per KV head (and each length, unless --kv-lens)");
+  a.reword("causal", "causal mask, bottom-right: query i sees keys j <= L - Nq + i");
+  a.reword("dtype", "element type of Q, K, V, O: fp16, bf16 or fp32");
+  a.reword("check-rows", "most query rows to check (spread over all sequences and heads)");
+  a.reword("compare", "also run stage 07 (fp16/bf16) or 05 (fp32) on the same inputs");
+  a.reword("dry-run", "check the shape and say what it needs, run nothing");
   a.add_int("kv-heads", &o.kv_heads, "key/value heads Hkv, dividing Hq (0: Hkv = Hq)", 0);
-  a.add_int("seq-q", &o.seq_q, "new queries per sequence Nq");
-  a.add_int("seq-kv", &o.seq_kv, "cache capacity Nmax: rows per KV head (and each length, unless --kv-lens)");
   a.add_int_list("kv-lens", &o.kv_lens, "one cache length per sequence, each in [1, --seq-kv]");
-  a.add_int("dim", &o.dim, "head dimension d (16, 32, 64 or 128)");
-  a.add_real("scale", &o.scale, "softmax scale; 0 means 1/sqrt(d)", 0.0, 1e6);
-  a.add_switch("causal", &o.causal, "causal mask, bottom-right: query i sees keys j <= L - Nq + i");
-  a.add_string("dtype", &o.dtype, "element type of Q, K, V, O: fp16, bf16 or fp32", "TYPE");
   a.add_int("splits", &o.splits, "blocks along each cache (0: chosen from the shape and the GPU)", 0);
-  a.add_uint("seed", &o.seed, "seed of the random inputs");
-  a.add_real("magnitude", &o.magnitude, "inputs are uniform in [-X, X]", 1e-6, 1e6);
-  a.add_int("warmup", &o.warmup, "untimed runs before timing", 0);
-  a.add_int("repeats", &o.repeats, "timed runs; the median is reported");
-  a.add_switch("check", &o.check, "compare with the float64 CPU reference");
-  a.add_int("check-rows", &o.check_rows, "most query rows to check (spread over all sequences and heads)");
   a.add_switch("bandwidth", &o.bandwidth, "also time a device-to-device copy of the cache's bytes");
-  a.add_switch("compare", &o.compare, "also run stage 07 (fp16/bf16) or 05 (fp32) on the same inputs");
-  a.add_switch("json", &o.json, "print the report as one JSON object");
-  a.add_switch("brief", &o.brief, "print only the one-line summary");
-  a.add_switch("dry-run", &o.dry_run, "check the shape and say what it needs, run nothing");
   if (!a.parse(argc, argv)) return fa::kExitPassed;
 
   fa::DType dtype;

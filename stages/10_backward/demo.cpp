@@ -35,13 +35,9 @@
 
 namespace {
 
-struct Options {
-  int64_t batch = 4, heads = 32, seq_q = 4096, seq_kv = 4096, dim = 64;
-  double scale = 0.0, magnitude = 1.0;
-  bool causal = false, check = true, json = false, brief = false, compare = false, dry_run = false;
-  uint64_t seed = 2024;
-  int64_t warmup = 3, repeats = 20, check_heads = 2;
-  std::string dtype = "fp32", load_dir, save_dir;
+// The shared demo flags (common/cli.h), but whole heads are checked, not rows.
+struct Options : fa::DemoOptions {
+  int64_t check_heads = 2;  // --check-heads
 };
 
 std::string fixed(double x, int digits) {
@@ -64,34 +60,21 @@ void load_tensors(const std::string& dir, const Options& o, fa::AttentionProblem
 int run(int argc, char** argv) {
   const bool cpu = fa::is_cpu_backend();
   Options o;
-  if (cpu) {  // every CUDA thread is a fiber on one core: keep the default run to a second or two
-    o.batch = 1, o.heads = 2, o.seq_q = 256, o.seq_kv = 256;
-    o.warmup = 0, o.repeats = 1;
-  }
+  static_cast<fa::DemoOptions&>(o) = fa::default_demo_options(cpu);  // the same shapes as the other demos
+  o.dtype = "fp32";
   fa::ArgParser a(argv[0],
                   "Stage 10_backward: the backward pass, dQ, dK and dV recomputed from the forward's log-sum-exp.\n"
                   "Runs stage 05's forward pass and then this stage on random (or loaded) inputs and a random dO, "
                   "checks the gradients against a float64 CPU reference and reports the backward pass's median time.");
-  a.add_int("batch", &o.batch, "batch size B");
-  a.add_int("heads", &o.heads, "heads per batch entry H");
-  a.add_int("seq-q", &o.seq_q, "query length Nq");
-  a.add_int("seq-kv", &o.seq_kv, "key/value length Nkv");
-  a.add_int("dim", &o.dim, "head dimension d (16, 32, 64 or 128)");
-  a.add_real("scale", &o.scale, "softmax scale; 0 means 1/sqrt(d)", 0.0, 1e6);
-  a.add_switch("causal", &o.causal, "causal mask (query i sees keys j <= i)");
-  a.add_string("dtype", &o.dtype, "element type: fp32 (the only one this stage runs)", "TYPE");
-  a.add_uint("seed", &o.seed, "seed of the random inputs and dO");
-  a.add_real("magnitude", &o.magnitude, "Q, K, V are uniform in [-X, X] (dO in [-1, 1])", 1e-6, 1e6);
-  a.add_int("warmup", &o.warmup, "untimed runs before timing", 0);
-  a.add_int("repeats", &o.repeats, "timed runs; the median is reported");
-  a.add_switch("check", &o.check, "compare the gradients with the float64 CPU reference");
+  fa::add_demo_options(a, o, {"check-rows"});
+  a.reword("dtype", "element type: fp32 (the only one this stage runs)");
+  a.reword("seed", "seed of the random inputs and dO");
+  a.reword("magnitude", "Q, K, V are uniform in [-X, X] (dO in [-1, 1])");
+  a.reword("compare", "also time the forward pass (stage 05) on the same inputs");
+  a.reword("dry-run", "check the shape and say what it needs, run nothing");
+  a.reword("load", "read q.npy, k.npy, v.npy, do.npy from DIR (sets the shape)");
+  a.reword("save", "write q, k, v, o, do, dq, dk, dv as .npy files to DIR");
   a.add_int("check-heads", &o.check_heads, "most heads to check, whole (spread over all batches and heads)");
-  a.add_switch("compare", &o.compare, "also time the forward pass (stage 05) on the same inputs");
-  a.add_switch("json", &o.json, "print the report as one JSON object");
-  a.add_switch("brief", &o.brief, "print only the one-line summary");
-  a.add_switch("dry-run", &o.dry_run, "check the shape and say what it needs, run nothing");
-  a.add_string("load", &o.load_dir, "read q.npy, k.npy, v.npy, do.npy from DIR (sets the shape)", "DIR");
-  a.add_string("save", &o.save_dir, "write q, k, v, o, do, dq, dk, dv as .npy files to DIR", "DIR");
   if (!a.parse(argc, argv)) return fa::kExitPassed;
 
   fa::DType dtype;
