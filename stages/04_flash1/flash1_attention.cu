@@ -32,6 +32,7 @@
 
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 
 namespace fa::flash1 {
 
@@ -109,16 +110,22 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
     lh[idx] = 0.0f;
   }
   __syncthreads();  // this block's HBM writes are visible to its threads after the barrier
+  FA_TRACE(store("O, m, l", 0, seq_q));
 
   for (int64_t j0 = 0; j0 < seq_kv; j0 += Bc) {  // ---- outer loop: K/V tiles ----
     const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
     load_tile<D>(Ks, L::KS, Kh + j0 * D, Bc, kv_valid, 1.0f);
     load_tile<D>(Vs, L::VS, Vh + j0 * D, Bc, kv_valid, 1.0f);
+    FA_TRACE(load("K, V", j0, kv_valid));
 
     for (int64_t i0 = 0; i0 < seq_q; i0 += Br) {  // ---- inner loop: Q tiles ----
-      if (causal && j0 > i0 + Br - 1) continue;  // tile entirely above the diagonal: nothing to add
+      if (causal && j0 > i0 + Br - 1) {  // tile entirely above the diagonal: nothing to add
+        FA_TRACE(skip(j0, i0));
+        continue;
+      }
       const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
       load_tile<D>(Qs, L::QS, Qh + i0 * D, Br, q_valid, scale);
+      FA_TRACE(load("Q", i0, q_valid));
 
       // The running statistics of this thread's rows, from HBM (read before anyone writes).
       float m_old[ROWS], l_old[ROWS];
@@ -127,6 +134,7 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
         m_old[ii] = r < q_valid ? mh[i0 + r] : -INFINITY;
         l_old[ii] = r < q_valid ? lh[i0 + r] : 0.0f;
       }
+      FA_TRACE(load("m, l", i0, q_valid));
       __syncthreads();  // Q_i (and, on the first pass, K_j, V_j) are in shared memory
 
       // S = scale·Q_i·K_jᵀ: this thread's 4×4 block, in registers.
@@ -159,6 +167,8 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
         }
         l_tile[ii] = row_sum(sum);
       }
+      FA_TRACE(rows(j0, i0, i0 + ROWS * ty, "m_tile", m_tile));
+      FA_TRACE(rows(j0, i0, i0 + ROWS * ty, "l_tile", l_tile));
       __syncthreads();  // P̃ complete before anyone multiplies it by V_j
 
       // P̃·V_j: this thread's 4 rows × D/16 columns of the tile's contribution.
@@ -191,6 +201,9 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
         }
       }
       __syncthreads();  // everyone is done with the tiles before the next Q tile, or the next K/V tile, overwrites them
+      FA_TRACE(step(j0, i0));
+      FA_TRACE(store("O, m, l", i0, q_valid));  // O was read here too, row by row, just before
+      FA_TRACE(hbm_state(j0, i0, mh, lh, Oh, i0, q_valid, D));
     }
   }
 }

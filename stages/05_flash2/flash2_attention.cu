@@ -37,6 +37,7 @@
 
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 
 namespace fa::flash2 {
 
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
   // Once, for the whole loop. Scores come out in base-2 units: s·log2(e).
   constexpr float LOG2E = 1.4426950408889634f;
   load_tile<D>(Qs, L::QS, Qh + i0 * D, Br, q_valid, scale * LOG2E);
+  FA_TRACE(load("Q", i0, q_valid));
 
   // The running state of this thread's rows, on chip for the whole loop.
   float m_run[ROWS], l_run[ROWS], o_acc[ROWS][D / TX] = {};
@@ -120,10 +122,14 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
   }
 
   for (int64_t j0 = 0; j0 < seq_kv; j0 += Bc) {  // ---- the only loop: K/V tiles ----
-    if (causal && j0 > i0 + Br - 1) break;  // this and every later tile lie above the diagonal
+    if (causal && j0 > i0 + Br - 1) {  // this and every later tile lie above the diagonal
+      FA_TRACE(skip(j0, i0));
+      break;
+    }
     const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
     load_tile<D>(Ks, L::KS, Kh + j0 * D, Bc, kv_valid, 1.0f);
     load_tile<D>(Vs, L::VS, Vh + j0 * D, Bc, kv_valid, 1.0f);
+    FA_TRACE(load("K, V", j0, kv_valid));
     __syncthreads();  // K_j, V_j (and, on the first pass, Q_i) are in shared memory
 
     // S = scale·log2(e)·Q_i·K_jᵀ: this thread's 4×4 block, in registers.
@@ -159,6 +165,9 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
       l_run[ii] = alpha[ii] * l_run[ii] + row_sum(sum);
       m_run[ii] = m_new;
     }
+    FA_TRACE(rows(j0, i0, i0 + ROWS * ty, "m", m_run, 1.0f / LOG2E));  // in natural units, as stage 04's
+    FA_TRACE(rows(j0, i0, i0 + ROWS * ty, "alpha", alpha));
+    FA_TRACE(rows(j0, i0, i0 + ROWS * ty, "l", l_run));
     // The P rows a warp multiplies by V_j are rows it wrote itself (a warp's 32 threads
     // own 8 whole rows), so the warps need not wait for each other: a warp-level
     // barrier orders the writes and reads, where stage 04 stops the whole block.
@@ -174,6 +183,8 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
       for (int ii = 0; ii < ROWS; ++ii)
         for (int cc = 0; cc < D / TX; ++cc) o_acc[ii][cc] += p[ii] * v[cc];
     }
+    FA_TRACE(o_part(j0, i0, i0 + ROWS * ty, tx, TX, D, o_acc));  // O, not yet divided by l
+    FA_TRACE(step(j0, i0));
     __syncthreads();  // everyone is done with the tiles before the next K/V tile overwrites them
   }
 
@@ -187,6 +198,7 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
     // Back to natural units: ln(l·2^m) = (m + log2 l)·ln 2.
     if (lse && tx == 0) lse[bh * seq_q + i0 + r] = (m_run[ii] + log2f(l_run[ii])) * 0.6931471805599453f;
   }
+  FA_TRACE(store(lse ? "O, lse" : "O", i0, q_valid));
 }
 
 namespace {

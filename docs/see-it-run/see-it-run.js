@@ -1,0 +1,437 @@
+/*
+ * See it run: the page's views, drawn from a trace that see_it_run_trace wrote.
+ *
+ * Plain JavaScript and SVG, no library, nothing fetched. Each view is an object
+ *
+ *     SeeItRun.addView({id: "softmax", title: "Online softmax", render(root, trace) { ... }});
+ *
+ * whose render() fills `root` (a <section>) from the trace; the tabs list every view. A
+ * later stage adds its view the same way, after the trace has the data it needs (the
+ * tracer writes the trace; common/trace.h has the trace points the kernels call).
+ *
+ * The trace (see see_it_run_trace.cpp):
+ *   problem  {batch, heads, seq_q, seq_kv, dim, scale, seed, Br, Bc}
+ *   softmax  {x, steps: [{x, m, alpha, term, l}], m, l, p, kernel: {m, l, p}, reference: {m, l, p}}
+ *   runs     [{stage, causal, blocks: [{block, batch, head, q_tile?, events: [...]}], o, reference}]
+ *   events   {op: "load"|"store", what, first, count} or {op: "step"|"skip", j, i, rows?}
+ *            where a step's rows are {row: {m, l, alpha | m_tile, l_tile, o: [d]}}
+ */
+"use strict";
+
+const SeeItRun = (() => {
+  const views = [];
+  const SVG = "http://www.w3.org/2000/svg";
+
+  // ---- small helpers --------------------------------------------------------------------
+  /** JSON has no infinities: the tracer writes "-inf", "inf" and "nan" as strings. */
+  function revive(x) {
+    if (x === "-inf") return -Infinity;
+    if (x === "inf") return Infinity;
+    if (x === "nan") return NaN;
+    if (Array.isArray(x)) return x.map(revive);
+    if (x && typeof x === "object") {
+      for (const k of Object.keys(x)) x[k] = revive(x[k]);
+    }
+    return x;
+  }
+
+  /** A number as the page shows it: six significant digits. */
+  function fmt(x) {
+    if (x === undefined || x === null) return "–";
+    if (x === -Infinity) return "−∞";
+    if (x === Infinity) return "∞";
+    if (Number.isNaN(x)) return "NaN";
+    if (x === 0) return "0";
+    return String(Number(x.toPrecision(6)));
+  }
+
+  /** el("td", {class: "m"}, "text", child, ...): an element with attributes and children. */
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v);
+    }
+    for (const c of children.flat()) {
+      if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  /** The same for SVG elements. */
+  function svg(tag, attrs, ...children) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    for (const c of children) e.append(c instanceof Node ? c : String(c));
+    return e;
+  }
+
+  /** A number cell that keeps its full value for anyone who reads the page (the tests). */
+  function num(x, cls) {
+    return el("td", {class: "num " + (cls || ""), "data-value": String(x)}, fmt(x));
+  }
+
+  /** A labelled vector of numbers (an O row), wrapped eight to a line. */
+  function vector(label, values, cls) {
+    return el("div", {class: "vector " + cls}, el("span", {class: "vector-label"}, label),
+      el("div", {class: "vector-cells"}, values.map((x) =>
+        el("span", {class: "num", "data-value": String(x)}, fmt(x)))));
+  }
+
+  function rowsText(first, count) {
+    return count === 1 ? `row ${first}` : `rows ${first}–${first + count - 1}`;
+  }
+
+  // ---- view 1: online softmax (stage 02) ------------------------------------------------
+  function renderSoftmax(root, trace) {
+    const sm = trace.softmax;
+    let k = 0;  // steps shown: 0 .. x.length
+
+    root.append(el("h2", {}, "Online softmax (stage 02), one value at a time"),
+      el("p", {}, "The running max m and sum l after each value x, with the rescale factor " +
+        "alpha = exp(m_old − m_new) that corrects l whenever the max grows. The numbers come from " +
+        "stage 02's update(), the step its kernel runs; the default row is the worked example " +
+        "x = [2, 1, 4, 1.5, 3]."),
+      el("p", {class: "formula"}, "m_new = max(m, x)    alpha = exp(m − m_new)    l = l·alpha + exp(x − m_new)"));
+
+    const values = el("div", {class: "values"});
+    const controls = el("div", {class: "controls"},
+      el("button", {id: "sm-reset", onclick: () => show(0)}, "Reset"),
+      el("button", {id: "sm-prev", onclick: () => show(k - 1)}, "Previous"),
+      el("button", {id: "sm-next", onclick: () => show(k + 1)}, "Next step"),
+      el("span", {id: "sm-status", class: "status"}));
+    const table = el("table", {class: "steps", id: "sm-table"},
+      el("thead", {}, el("tr", {}, ["step", "x", "m", "alpha", "exp(x − m)", "l"].map((h) => el("th", {}, h)))));
+    const body = el("tbody");
+    table.append(body);
+    const final = el("div", {id: "sm-final"});
+    root.append(values, controls, table, final);
+
+    function show(n) {
+      k = Math.max(0, Math.min(sm.x.length, n));
+      values.replaceChildren(...sm.x.map((x, i) =>
+        el("span", {class: "value" + (i < k - 1 ? " seen" : "") + (i === k - 1 ? " current" : "") +
+          (k > 0 && i < k && x === sm.steps[k - 1].m ? " max" : "")}, fmt(x))));
+      body.replaceChildren(el("tr", {class: "init"}, el("td", {}, "start"), el("td", {}, ""),
+        num(-Infinity), el("td", {}, ""), el("td", {}, ""), num(0)));
+      for (let i = 0; i < k; ++i) {
+        const s = sm.steps[i];
+        const grew = i === 0 || s.m > sm.steps[i - 1].m;
+        body.append(el("tr", {id: `sm-row-${i + 1}`, class: (i === k - 1 ? "current" : "") + (grew ? " grew" : "")},
+          el("td", {}, i + 1), num(s.x, "x"), num(s.m, "m"), num(s.alpha, "alpha"), num(s.term, "term"),
+          num(s.l, "l")));
+      }
+      const status = root.querySelector("#sm-status");
+      if (k === 0) {
+        status.textContent = "m = −∞ and l = 0: nothing seen yet.";
+      } else {
+        const s = sm.steps[k - 1], old = k > 1 ? sm.steps[k - 2] : {m: -Infinity, l: 0};
+        status.textContent = s.m > old.m
+          ? `x = ${fmt(s.x)} is a new max: l is rescaled by exp(${fmt(old.m)} − ${fmt(s.m)}) = ${fmt(s.alpha)}, ` +
+            `then exp(0) = 1 is added: l = ${fmt(old.l)}·${fmt(s.alpha)} + 1 = ${fmt(s.l)}.`
+          : `x = ${fmt(s.x)} is below the max ${fmt(s.m)}: alpha = 1, l = ${fmt(old.l)} + ` +
+            `exp(${fmt(s.x)} − ${fmt(s.m)}) = ${fmt(s.l)}.`;
+      }
+      final.replaceChildren();
+      if (k === sm.x.length) {
+        final.append(el("h3", {}, "The probabilities exp(x − m) / l"),
+          el("table", {class: "steps"},
+            el("tr", {}, el("th", {}, ""), sm.x.map((x) => el("th", {}, `x = ${fmt(x)}`)), el("th", {}, "m"), el("th", {}, "l")),
+            el("tr", {id: "sm-p-update"}, el("td", {}, "value by value (update())"), sm.p.map((p) => num(p, "p")),
+              num(sm.m, "m"), num(sm.l, "l")),
+            el("tr", {id: "sm-p-kernel"}, el("td", {}, "stage 02's kernel (256 threads, merged)"),
+              sm.kernel.p.map((p) => num(p, "p")), num(sm.kernel.m, "m"), num(sm.kernel.l, "l")),
+            el("tr", {id: "sm-p-reference"}, el("td", {}, "float64 reference"),
+              sm.reference.p.map((p) => num(p, "p")), num(sm.reference.m, "m"), num(sm.reference.l, "l"))),
+          el("p", {class: "note"}, "The kernel folds its values in a different order (each thread its own, " +
+            "then a merge of the threads' (m, l) pairs), so its last digits may differ from the value-by-value " +
+            "order; both match the float64 reference to float precision."));
+      }
+    }
+    show(0);
+  }
+
+  // ---- view 2: the grid of blocks, stages 04 and 05 side by side ------------------------
+  const STAGES = [
+    {id: "04_flash1", title: "Stage 04, FlashAttention-1",
+     about: "One block per head. K/V tiles outer, Q tiles inner: after every tile pair the block reads " +
+       "m, l and O of the Q tile's rows from HBM and writes them back.",
+     state: "HBM", blockName: (b) => `head ${b.head}` + (b.batch ? ` (batch ${b.batch})` : "")},
+    {id: "05_flash2", title: "Stage 05, FlashAttention-2",
+     about: "One block per Q tile and head. Its Q tile stays on chip, K/V tiles stream past it, and m, l " +
+       "and O stay in registers until the one write at the end.",
+     state: "registers", blockName: (b) => `Q tile ${b.q_tile}, head ${b.head}` + (b.batch ? `, batch ${b.batch}` : "")},
+  ];
+
+  function renderGrids(root, trace) {
+    const P = trace.problem;
+    root.append(el("h2", {}, "FlashAttention-1 and -2, block by block"),
+      el("p", {}, `The same problem for both: B = ${P.batch}, H = ${P.heads}, Nq = ${P.seq_q}, ` +
+        `Nkv = ${P.seq_kv}, d = ${P.dim}, tiles of Br = ${P.Br} query rows and Bc = ${P.Bc} keys ` +
+        "(a ragged last tile where the length is not a multiple). Click a block in either grid, then step " +
+        "through its loop."));
+    const mask = el("input", {type: "checkbox", id: "mask-causal"});
+    root.append(el("p", {class: "controls"}, el("label", {}, mask, " causal mask (query i sees keys j ≤ i)")));
+    const columns = el("div", {class: "columns"});
+    root.append(columns);
+    const panels = STAGES.map((stage) => {
+      const col = el("div", {class: "column", id: `stage-${stage.id}`});
+      columns.append(col);
+      return new BlockPanel(col, stage, trace);
+    });
+    const update = () => panels.forEach((p) => p.setRun(mask.checked));
+    mask.addEventListener("change", update);
+    update();
+  }
+
+  /** One stage's grid of blocks and the step-through of the block clicked. */
+  class BlockPanel {
+    constructor(root, stage, trace) {
+      this.root = root;
+      this.stage = stage;
+      this.trace = trace;
+      this.P = trace.problem;
+      this.blockIndex = 0;
+      this.k = 0;      // events shown: 0 .. events.length
+      this.row = 0;    // the query row (within its head) whose values are shown
+    }
+
+    setRun(causal) {
+      this.run = this.trace.runs.find((r) => r.stage === this.stage.id && r.causal === causal);
+      this.select(Math.min(this.blockIndex, this.run.blocks.length - 1));
+    }
+
+    select(index) {
+      this.blockIndex = index;
+      this.block = this.run.blocks[index];
+      this.k = 0;
+      this.row = this.block.q_tile !== undefined ? this.block.q_tile * this.P.Br : 0;
+      this.draw();
+    }
+
+    get events() { return this.block.events; }
+
+    /** The rows this block computes (within its head). */
+    get rowRange() {
+      const P = this.P;
+      if (this.block.q_tile === undefined) return [0, P.seq_q];
+      const first = this.block.q_tile * P.Br;
+      return [first, Math.min(P.seq_q, first + P.Br)];
+    }
+
+    draw() {
+      const s = this.stage, P = this.P;
+      this.root.replaceChildren(el("h3", {}, s.title), el("p", {class: "note"}, s.about));
+
+      // The grid: one cell a block, laid out as the launch numbers them.
+      const grid = el("div", {class: "grid", id: `grid-${s.id}`});
+      const perRow = this.run.blocks.some((b) => b.q_tile !== undefined) ? Math.ceil(P.seq_q / P.Br) : this.run.blocks.length;
+      grid.style.gridTemplateColumns = `repeat(${perRow}, auto)`;
+      this.run.blocks.forEach((b, n) => grid.append(el("button",
+        {class: "block" + (n === this.blockIndex ? " selected" : ""), "data-block": b.block,
+         title: s.blockName(b), onclick: () => this.select(n)}, `block ${b.block}`, el("br"),
+        el("small", {}, s.blockName(b)))));
+      this.root.append(el("p", {class: "label"}, `The grid: ${this.run.blocks.length} blocks`), grid);
+
+      // The selected block: controls, tile map, memory, event list, values.
+      const n = this.events.length;
+      const [r0, r1] = this.rowRange;
+      const rowInput = el("input", {type: "number", class: "row-input", min: r0, max: r1 - 1, value: this.row,
+        onchange: (e) => { this.row = Math.max(r0, Math.min(r1 - 1, Number(e.target.value) || r0)); this.draw(); }});
+      this.root.append(el("div", {class: "controls"},
+        el("button", {class: "reset", onclick: () => { this.k = 0; this.draw(); }}, "Reset"),
+        el("button", {class: "prev", onclick: () => { this.k = Math.max(0, this.k - 1); this.draw(); }}, "Previous"),
+        el("button", {class: "next", onclick: () => { this.k = Math.min(n, this.k + 1); this.draw(); }}, "Next step"),
+        el("button", {class: "end", onclick: () => { this.k = n; this.draw(); }}, "End"),
+        el("span", {class: "step-label"}, `block ${this.block.block}: step ${this.k} of ${n}`),
+        el("label", {}, " query row ", rowInput)));
+      const current = this.k > 0 ? this.events[this.k - 1] : null;
+      this.root.append(el("p", {class: "event-now"}, current ? this.describe(current) : "Not started: press Next step."));
+      this.root.append(el("div", {class: "pictures"}, this.tileMap(), this.memory(current)));
+      this.root.append(this.values());
+      this.root.append(this.eventList());
+    }
+
+    /** One event in words. */
+    describe(e) {
+      const P = this.P;
+      switch (e.op) {
+        case "load":
+          if (e.what === "m, l") return `Read m and l of ${rowsText(e.first, e.count)} from HBM into registers.`;
+          return `Load ${e.what} ${rowsText(e.first, e.count)} from HBM into shared memory.`;
+        case "store":
+          if (this.stage.state === "HBM" && this.k === 1) {
+            return `Initialise O = 0, m = −∞, l = 0 for ${rowsText(e.first, e.count)} in HBM.`;
+          }
+          return `Write ${e.what} of ${rowsText(e.first, e.count)} to HBM.`;
+        case "step":
+          return `Tile (Q rows ${e.i}–${Math.min(P.seq_q, e.i + P.Br) - 1}, keys ${e.j}–${Math.min(P.seq_kv, e.j + P.Bc) - 1}): ` +
+            (this.stage.state === "HBM"
+              ? "S, the tile's own m̃ and l̃, then m, l and O merged with what HBM held."
+              : "S, the new running m, alpha = exp(m_old − m_new), l and O = alpha·O + P·V, in registers.");
+        case "skip":
+          return this.stage.state === "HBM"
+            ? `Skip keys ${e.j}– for Q rows ${e.i}–: the whole tile lies above the causal diagonal.`
+            : `Stop: keys ${e.j} and later lie above the causal diagonal for every row of this Q tile.`;
+        default:
+          return e.op;
+      }
+    }
+
+    /** The head's S matrix as tiles: done, current, skipped, not reached; the causal mask. */
+    tileMap() {
+      const P = this.P, W = 260, H = Math.max(120, Math.round(W * P.seq_q / P.seq_kv));
+      const sx = W / P.seq_kv, sy = H / P.seq_q;
+      const pic = svg("svg", {width: W + 50, height: H + 40, class: "tilemap", viewBox: `-40 -20 ${W + 50} ${H + 40}`});
+      pic.append(svg("text", {x: 0, y: -6, class: "axis"}, "keys →"),
+        svg("text", {x: -36, y: 12, class: "axis"}, "Q ↓"));
+      const done = new Set(), skipped = new Set();
+      let now = null;
+      for (let n = 0; n < this.k; ++n) {
+        const e = this.events[n];
+        if (e.op === "step") done.add(`${e.j},${e.i}`);
+        if (e.op === "skip") {
+          if (this.stage.state === "HBM") skipped.add(`${e.j},${e.i}`);
+          else for (let j = e.j; j < P.seq_kv; j += P.Bc) skipped.add(`${j},${e.i}`);
+        }
+        if (n === this.k - 1 && (e.op === "step" || e.op === "skip")) now = `${e.j},${e.i}`;
+      }
+      const [r0, r1] = this.rowRange;
+      for (let i = 0; i < P.seq_q; i += P.Br) {
+        for (let j = 0; j < P.seq_kv; j += P.Bc) {
+          const key = `${j},${i}`;
+          const mine = i >= r0 && i < r1;
+          const cls = "tile" + (done.has(key) ? " done" : "") + (skipped.has(key) ? " skipped" : "") +
+            (key === now ? " now" : "") + (mine ? "" : " other");
+          pic.append(svg("rect", {x: j * sx, y: i * sy, width: Math.min(P.Bc, P.seq_kv - j) * sx,
+            height: Math.min(P.Br, P.seq_q - i) * sy, class: cls, "data-tile": key}));
+        }
+        pic.append(svg("text", {x: -36, y: (i + Math.min(P.Br, P.seq_q - i) / 2) * sy + 4, class: "axis"}, i));
+      }
+      if (this.run.causal) {  // the masked triangle: key j > query i
+        const d = Math.min(P.seq_q, P.seq_kv);
+        pic.append(svg("polygon", {points: `0,0 ${P.seq_kv * sx},0 ${P.seq_kv * sx},${Math.min(P.seq_q, P.seq_kv) * sy} ${d * sx},${d * sy}`,
+          class: "masked"}));
+      }
+      pic.append(svg("line", {x1: 0, x2: W, y1: (this.row + 0.5) * sy, y2: (this.row + 0.5) * sy, class: "row-line"}));
+      return el("figure", {}, pic, el("figcaption", {}, "S for this head, in tiles: ",
+        el("span", {class: "key done"}, "done"), " ", el("span", {class: "key now"}, "this step"), " ",
+        el("span", {class: "key skipped"}, "skipped"), this.run.causal ? [" ", el("span", {class: "key masked"}, "masked")] : []));
+    }
+
+    /** Where the tensors are, and what the current event moves between HBM and the chip. */
+    memory(e) {
+      const isFA1 = this.stage.state === "HBM";
+      // keys: the tensor names an event's `what` uses; state: where the running m, l, O live.
+      const hbm = isFA1
+        ? [["Q", "Q"], ["K", "K"], ["V", "V"], ["O", "O", true], ["m", "m", true], ["l", "l", true]]
+        : [["Q", "Q"], ["K", "K"], ["V", "V"], ["O", "O (written once)"], ["lse", "lse"]];
+      const chip = isFA1
+        ? [["Q", "Q tile"], ["K", "K tile"], ["V", "V tile"], ["", "S, P̃ tile"], ["m l O", "m, l read; m̃, l̃, P̃·V (registers)"]]
+        : [["Q", "Q tile"], ["K", "K tile"], ["V", "V tile"], ["", "S, P tile"], ["m l O lse", "m, l, O (registers)", true]];
+      const moving = new Set(e && (e.op === "load" || e.op === "store") ? e.what.split(", ") : []);
+      const box = (title, items, side) => el("div", {class: "mem " + side}, el("div", {class: "mem-title"}, title),
+        items.map(([keys, label, state]) => el("div", {class: "tensor" + (state ? " state" : "") +
+          (keys.split(" ").some((k) => moving.has(k)) ? " " + e.op : "")}, label)));
+      return el("div", {class: "memory"}, box("HBM", hbm, "hbm"),
+        el("div", {class: "arrow"}, moving.size ? (e.op === "load" ? "→" : "←") : ""),
+        box("on chip", chip, "chip"));
+    }
+
+    /** The chosen row's values after the latest step that touched it. */
+    values() {
+      const P = this.P, out = el("div", {class: "row-values"});
+      let last = null, lastIndex = -1;
+      for (let n = 0; n < this.k; ++n) {
+        const e = this.events[n];
+        if (e.op === "step" && e.rows && e.rows[this.row] !== undefined) { last = e; lastIndex = n; }
+      }
+      const fresh = last && lastIndex === this.k - 1;
+      const where = this.stage.state !== "HBM" ? "in the block's registers"
+        : fresh ? "as just merged on chip (the next step writes them to HBM)" : "in HBM";
+      out.append(el("h4", {}, `Query row ${this.row}: m, l and O ${where}`));
+      if (!last) {
+        out.append(el("p", {class: "note"}, this.stage.state === "HBM" && this.k > 0
+          ? "O = 0, m = −∞, l = 0 (as initialised): no tile has reached this row yet."
+          : "m = −∞, l = 0, O = 0: no tile yet."));
+      } else {
+        const v = last.rows[this.row];
+        const names = this.stage.state === "HBM" ? ["m", "l", "m_tile", "l_tile"] : ["m", "alpha", "l"];
+        const labels = {m: "m", l: "l", alpha: "alpha", m_tile: "m̃ (tile)", l_tile: "l̃ (tile)"};
+        out.append(el("p", {class: "note"}, `after step ${lastIndex + 1}, keys ${last.j}–${Math.min(P.seq_kv, last.j + P.Bc) - 1}`),
+          el("table", {class: "stats"}, el("tr", {}, names.map((k) => el("th", {}, labels[k]))),
+            el("tr", {}, names.map((k) => num(v[k], "val-" + k)))));
+        out.append(vector(this.stage.state === "HBM" ? "O" : "O, not yet divided by l", v.o, "val-o"));
+        if (this.stage.state !== "HBM") out.append(vector("O / l", v.o.map((x) => x / v.l), "val-o-div"));
+      }
+      if (this.k === this.events.length) {  // the end: the kernel's output beside float64
+        const bh = this.block.batch * P.heads + this.block.head;
+        const flat = bh * P.seq_q + this.row;
+        const got = this.run.o[flat], want = this.run.reference.o[flat];
+        let worst = 0;
+        got.forEach((x, c) => { worst = Math.max(worst, Math.abs(x - want[c])); });
+        out.append(el("h4", {}, "The output row, as the kernel wrote it, and the float64 reference"),
+          vector("kernel", got, "out-o"), vector("float64", want, "ref-o"),
+          el("p", {class: "max-diff", "data-value": String(worst)}, `largest difference: ${worst.toExponential(2)}`));
+      }
+      return out;
+    }
+
+    eventList() {
+      const list = el("ol", {class: "events"});
+      this.events.forEach((e, n) => {
+        const item = el("li", {class: "event" + (n === this.k - 1 ? " current" : "") + (n < this.k ? " seen" : ""),
+          onclick: () => { this.k = n + 1; this.draw(); }}, this.describeShort(e));
+        list.append(item);
+      });
+      return el("details", {open: ""}, el("summary", {}, "All steps of this block (click one to jump)"), list);
+    }
+
+    describeShort(e) {
+      if (e.op === "load" || e.op === "store") return `${e.op} ${e.what} ${rowsText(e.first, e.count)}`;
+      return `${e.op} Q ${e.i}… × keys ${e.j}…`;
+    }
+  }
+
+  // ---- the page ------------------------------------------------------------------------
+  function addView(view) { views.push(view); }
+
+  addView({id: "softmax", title: "Online softmax (stage 02)", render: renderSoftmax});
+  addView({id: "grids", title: "FlashAttention-1 vs -2 (stages 04, 05)", render: renderGrids});
+
+  function start(trace, source) {
+    trace = revive(trace);
+    document.getElementById("trace-source").textContent = `Trace: ${source}; seed ${trace.problem.seed}.`;
+    const tabs = document.getElementById("view-tabs"), main = document.getElementById("views");
+    tabs.replaceChildren();
+    main.replaceChildren();
+    const sections = views.map((v) => {
+      const section = el("section", {id: `view-${v.id}`, "data-view": v.id});
+      v.render(section, trace);
+      main.append(section);
+      return section;
+    });
+    const pick = (n) => {
+      sections.forEach((s, m) => { s.hidden = m !== n; });
+      [...tabs.children].forEach((t, m) => t.classList.toggle("active", m === n));
+    };
+    views.forEach((v, n) => tabs.append(el("button", {id: `tab-${v.id}`, onclick: () => pick(n)}, v.title)));
+    pick(0);
+  }
+
+  function missing() {
+    document.getElementById("trace-source").textContent =
+      "No trace.js beside this page yet. Make one with `cmake --workflow --preset see-it-run` " +
+      "and open build-see-it-run/see-it-run/see-it-run.html, or open a trace.json above.";
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.getElementById("trace-file").addEventListener("change", (e) => {
+      const file = e.target.files[0];
+      if (!file) return;
+      file.text().then((text) => start(JSON.parse(text), file.name));
+    });
+  });
+
+  return {addView, start, missing, fmt};
+})();
