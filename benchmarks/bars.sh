@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The tensor-core stages' performance bars, measured in one run on a GPU: stages 06 and 07
-# (with stage 05 for scale) beside PyTorch SDPA's flash and cuDNN backends on the same inputs,
+# The tensor-core stages' performance bars, measured in one run on a GPU: stages 06, 07 and
+# 08 (with stage 05 for scale) beside PyTorch SDPA's flash and cuDNN backends on the same inputs,
 # at the two shapes the bars are set at, non-causal and causal:
 #   B=4 H=32 N=4096 d=64   and   B=1 H=16 N=16384 d=128
 # Usage: bash benchmarks/bars.sh [build-dir] [out-dir]
@@ -20,7 +20,7 @@ for causal in "" "--causal"; do
   for shape in "${shapes[@]}"; do
     n=$((n + 1))
     # shellcheck disable=SC2086  # the shape is a list of flags
-    "$build/bin/fa_bench" --stages 05_flash2,06_tensor_cores,07_memory_pipeline --precisions fp32,fp16,bf16 $shape $causal \
+    "$build/bin/fa_bench" --stages 05_flash2,06_tensor_cores,07_memory_pipeline,08_hopper --precisions fp32,fp16,bf16 $shape $causal \
       --repeats 20 --min-repeats 5 --csv "$tmp/stages$n.csv" 2>&1 | tee -a "$log"
     # shellcheck disable=SC2086
     python3 benchmarks/torch_sdpa.py --lib "$build/lib/libfa_inputs.so" --precisions fp16,bf16 $shape $causal \

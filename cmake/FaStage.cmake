@@ -1,5 +1,5 @@
 # fa_add_stage(<id> KERNELS <file.cu>... [SOURCES <host.cpp>...] DEMO <demo.cpp>
-#              [DEPENDS <id>...] [TESTS <test.cpp>...])
+#              [DEPENDS <id>...] [TESTS <test.cpp>...] [HOPPER_ONLY])
 #
 # Adds one stage, e.g. fa_add_stage(01_naive KERNELS naive_attention.cu DEMO demo.cpp
 # TESTS ${PROJECT_SOURCE_DIR}/tests/test_stage01_naive.cpp), which makes
@@ -7,6 +7,8 @@
 #   stage01_naive           the demo executable
 #   test_stage01_naive_cuda the stage's Catch2 tests, registered with CTest
 #                           (skipped, not passed, when no GPU is present)
+# HOPPER_ONLY: the kernels use sm_90a instructions (wgmma, setmaxnreg): built for sm_90a
+# alone, with nvcc 12 or newer, and with no CPU twin.
 define_property(GLOBAL PROPERTY FA_STAGES BRIEF_DOCS "stage ids in order" FULL_DOCS "for the tour")
 
 # fa_cpu_kernel_library(<target> <file.cu>...): a library of kernel files built for the
@@ -42,9 +44,13 @@ function(fa_cpu_kernel_library target)
 endfunction()
 
 function(fa_add_stage id)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEMO" "KERNELS;SOURCES;TESTS;DEPENDS")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "HOPPER_ONLY" "DEMO" "KERNELS;SOURCES;TESTS;DEPENDS")
   set_property(GLOBAL APPEND PROPERTY FA_STAGES ${id})
-  if(FA_HAVE_CPU_BACKEND)
+  if(ARG_HOPPER_ONLY AND FA_HAVE_CUDA AND CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.0)
+    message(STATUS "Stage ${id} needs nvcc 12 or newer (sm_90a): not built")
+    return()
+  endif()
+  if(FA_HAVE_CPU_BACKEND AND NOT ARG_HOPPER_ONLY)
     fa_cpu_kernel_library(fa_stage${id}_cpu ${ARG_KERNELS})
     target_sources(fa_stage${id}_cpu PRIVATE ${ARG_SOURCES})
     foreach(dep IN LISTS ARG_DEPENDS)
@@ -67,12 +73,19 @@ function(fa_add_stage id)
   endforeach()
   target_compile_options(${lib} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xcompiler=-Wall>)
+  if(ARG_HOPPER_ONLY)
+    set_target_properties(${lib} PROPERTIES CUDA_ARCHITECTURES OFF)
+    target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a>)
+  endif()
 
   add_executable(stage${id} ${ARG_DEMO})
   target_link_libraries(stage${id} PRIVATE ${lib})
 
   if(FA_BUILD_TESTS AND ARG_TESTS)
     fa_add_catch_test(test_stage${id}_cuda BACKEND cuda SOURCES ${ARG_TESTS} LIBS ${lib})
+    if(ARG_HOPPER_ONLY)  # skipped, not passed, on another GPU
+      target_compile_definitions(test_stage${id}_cuda PRIVATE FA_TEST_NEEDS_HOPPER=1)
+    endif()
   endif()
 endfunction()
 

@@ -43,7 +43,7 @@ DeviceInfo require_device() {
     cudaGetLastError();  // clear the sticky error
     throw NoGpuError(std::string("no CUDA GPU is available (") +
                      (err != cudaSuccess ? cudaGetErrorString(err) : "device count is 0") +
-                     "); run the _cpu twin of this program to use the CPU backend");
+                     "); the stages with a CPU twin (this program's name + _cpu) run on the CPU backend");
   }
   int dev = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));

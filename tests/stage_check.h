@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -69,13 +70,16 @@ inline const std::vector<std::pair<int64_t, int64_t>>& ragged_lengths() {
 }
 
 /// The battery every attention stage passes, in element type `dtype`: ragged lengths for
-/// every head dim, many heads and batches, causal (if supported), and large-magnitude
-/// logits.
-inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal, DType dtype = DType::F32) {
+/// every head dim the stage runs (`dims`; empty: all of supported_head_dims()), many heads
+/// and batches, causal (if supported), and large-magnitude logits.
+inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal, DType dtype = DType::F32,
+                                  std::vector<int64_t> dims = {}) {
   uint64_t seed = 100;
   const double auto_scale = 0.0;
+  if (dims.empty()) dims = supported_head_dims();
+  const auto runs = [&](int64_t d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
   SECTION("ragged lengths and every head dim") {
-    for (int64_t d : supported_head_dims()) {
+    for (int64_t d : dims) {
       for (auto [nq, nkv] : ragged_lengths()) {
         const AttentionProblem p = make_problem(1, 2, nq, nkv, d, auto_scale, false, dtype);
         require_passed(p, run_and_check(p, stage, ++seed, 1.0f, with_lse));
@@ -83,13 +87,13 @@ inline void check_attention_stage(const StageFn& stage, bool with_lse, bool caus
     }
   }
   SECTION("many heads and batches") {
-    const AttentionProblem p = make_problem(3, 5, 64, 100, 32, auto_scale, false, dtype);
+    const AttentionProblem p = make_problem(3, 5, 64, 100, runs(32) ? 32 : dims.front(), auto_scale, false, dtype);
     require_passed(p, run_and_check(p, stage, 7, 1.0f, with_lse));
   }
   if (causal) {
     SECTION("causal mask") {
       for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 257}, {257, 100}}) {
-        const AttentionProblem p = make_problem(2, 2, nq, nkv, 64, auto_scale, /*causal=*/true, dtype);
+        const AttentionProblem p = make_problem(2, 2, nq, nkv, runs(64) ? 64 : dims.front(), auto_scale, true, dtype);
         require_passed(p, run_and_check(p, stage, 11, 1.0f, with_lse));
       }
     }
@@ -98,7 +102,7 @@ inline void check_attention_stage(const StageFn& stage, bool with_lse, bool caus
     // Inputs in [-30, 30] at d = 64 give logits in the hundreds: exp() without the max
     // subtraction would overflow to inf and the output would be NaN. (In fp16 the
     // inputs stay far below its 65504 limit; the logits are fp32 accumulations.)
-    const AttentionProblem p = make_problem(1, 2, 100, 257, 64, auto_scale, false, dtype);
+    const AttentionProblem p = make_problem(1, 2, 100, 257, runs(64) ? 64 : dims.front(), auto_scale, false, dtype);
     const StageResult r = run_and_check(p, stage, 5, 30.0f, with_lse);
     for (float x : r.o) REQUIRE(std::isfinite(x));
     require_passed(p, r);

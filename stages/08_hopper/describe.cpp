@@ -1,0 +1,31 @@
+// Stage 08 as the shared demo driver sees it.
+#include "common/demo.h"
+#include "stages/08_hopper/hopper_attention.h"
+
+namespace fa::hopper {
+
+StageDemo describe() {
+  StageDemo stage;
+  stage.id = "08_hopper";
+  stage.title = "FlashAttention-2 on Hopper: TMA into a K/V ring, mbarriers, wgmma, a producer warpgroup";
+  stage.dtypes = {DType::F16, DType::BF16};
+  stage.writes_lse = true;
+  stage.workspace_bytes = [](const AttentionProblem&) { return std::size_t{0}; };
+  stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void*) {
+    attention(p, t.q, t.k, t.v, t.o, t.lse);
+  };
+  stage.hbm_bytes = hbm_bytes_model;
+  stage.notes = [](const AttentionProblem& p) {
+    const int64_t q_tiles = (p.seq_q + Br - 1) / Br;
+    return std::vector<std::pair<std::string, std::string>>{
+        {"tiles", "Br = " + std::to_string(Br) + " query rows (64 per consumer warpgroup), Bc = " + std::to_string(Bc) +
+                      " key rows, a ring of " + std::to_string(FA08_STAGES) + " K/V slots; " +
+                      format_bytes(static_cast<double>(shared_bytes(p.dim))) + " of shared memory per block"},
+        {"grid", std::to_string(q_tiles * p.batch_heads()) + " blocks (" + std::to_string(q_tiles) + " Q tiles x " +
+                     std::to_string(p.batch_heads()) + " heads), 384 threads each: a producer and two consumer warpgroups"},
+        {"memory", "TMA global -> shared (128-byte swizzle), completing on mbarriers; wgmma reads shared memory directly"}};
+  };
+  return stage;
+}
+
+}  // namespace fa::hopper

@@ -1,0 +1,225 @@
+/**
+ * \file hopper.cuh
+ * \brief Stage 08's Hopper instructions, each a few lines of inline PTX: the asynchronous
+ *        barrier (`mbarrier`), the tensor memory accelerator (`cp.async.bulk.tensor`),
+ *        warpgroup matrix products (`wgmma.mma_async`) and register reallocation
+ *        (`setmaxnreg`). sm_90a only; there is no CPU-backend version (see the README).
+ *
+ * **mbarrier.** A 64-bit word in shared memory that counts arrivals and, separately,
+ * bytes still to land ("transactions"). A phase completes when both reach zero; the
+ * barrier then flips its phase bit and starts over. Waiting is on a phase's parity:
+ * `wait(bar, parity)` returns once the phase with that parity has completed. A ring of
+ * buffers uses two barriers a slot, "full" (the copy engine's bytes landed) and "empty"
+ * (every consumer is done with it), and a phase counter that flips each time the ring
+ * wraps around.
+ *
+ * **TMA.** `cp.async.bulk.tensor` copies a box of a tensor (described once on the host by
+ * a CUtensorMap: address, sizes, strides, box, swizzle) into shared memory, filling
+ * the part of the box outside the tensor with zeros, and counts the bytes it lands
+ * against an mbarrier. One thread issues a whole tile.
+ *
+ * **wgmma.** Four warps (a warpgroup, 128 threads) compute D (64×N, fp32 in
+ * registers) = A (64×16) · B (16×N) + D. A and B are read from shared memory through
+ * 64-bit *matrix descriptors*, or A from registers. D's layout repeats mma.sync's
+ * 16×8 C fragment: warp w of the group holds rows 16w .. 16w+15, and register pair
+ * d[4j], d[4j+1] is row 16w + g, columns 8j + 2t, 8j + 2t + 1 (g = lane / 4, t = lane % 4);
+ * d[4j+2], d[4j+3] is row 16w + g + 8. A from registers has mma.sync's A layout, so
+ * two 8-column pieces of D, rounded to 16 bits, are an A fragment of the next product:
+ * P goes from S = Q·Kᵀ into O += P·V without leaving registers, as in stage 06.
+ * The products run asynchronously: `wgmma_fence()` before the first (registers
+ * written by ordinary instructions become visible to it), `wgmma_commit()` closes a
+ * group, `wgmma_wait<N>()` waits until at most N groups are still running.
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace fa::hopper {
+
+// ---- mbarrier --------------------------------------------------------------------------
+
+/// The shared-memory address of `p`, as the PTX instructions take it.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Sets up a barrier that completes a phase after `arrivals` arrivals (and its bytes).
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+
+/// Makes the barriers' initialisation visible to the copy engine (then __syncthreads()).
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/// One arrival that also announces `bytes` more to land before the phase can complete.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+/// One arrival.
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/// Waits until the phase with parity `parity` (0 or 1) of `bar` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  }
+}
+
+// ---- TMA -------------------------------------------------------------------------------
+
+/// Copies the box at coordinates (c0, c1, c2) of the 3-D tensor `map` (a __grid_constant__
+/// kernel parameter) to `dst`, its bytes counted on `bar`.
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// ---- register reallocation -------------------------------------------------------------
+
+/// The warpgroup gives registers back, down to N a thread (the producer needs few).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/// The warpgroup takes registers, up to N a thread (the consumers hold S and O).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// ---- wgmma -----------------------------------------------------------------------------
+
+/**
+ * The descriptor of a tile in shared memory laid out as TMA writes it with 128-byte
+ * swizzling: rows of 64 16-bit values (128 bytes), eight rows (1024 bytes) a swizzle
+ * atom, the tile 1024-byte aligned. Bits 0-13: address / 16; 16-29: the leading byte
+ * offset / 16; 32-45: the stride byte offset / 16; 62-63: the swizzle mode (1: 128 B).
+ *
+ * - K-major (Q and K: the sum runs along the row): the stride offset is 1024 (from one
+ *   group of eight rows to the next); the leading offset is unused. A step of 16 along
+ *   the sum is 32 bytes further along the row: the descriptor's address + 32.
+ * - MN-major (V: the sum runs down the columns): the stride offset is again 1024 (eight
+ *   rows of the sum); the leading offset is the distance between 64-column blocks of the
+ *   tile (d = 128 is two of them). A step of 16 along the sum is 16 rows: + 2048.
+ */
+__device__ __forceinline__ uint64_t smem_desc(const void* tile, uint32_t leading_bytes, uint32_t stride_bytes) {
+  const uint64_t addr = smem_addr(tile);
+  return ((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+/// Orders this thread's earlier register writes before the warpgroup's next wgmma.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+/// Closes the group of wgmma instructions issued since the last commit.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+/// Waits until at most N committed groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/// Keeps the compiler from moving accesses to accumulators across an asynchronous product.
+template <int M>
+__device__ __forceinline__ void fence_registers(float (&d)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/// \cond wgmma_operand_lists (spelled-out register lists for the asm statements below)
+#define FA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define FA_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_WGMMA_OUT32(d) FA_D8(d, 0), FA_D8(d, 8), FA_D8(d, 16), FA_D8(d, 24)
+#define FA_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA_WGMMA_OUT64(d) FA_D8(d, 0), FA_D8(d, 8), FA_D8(d, 16), FA_D8(d, 24), FA_D8(d, 32), FA_D8(d, 40), FA_D8(d, 48), FA_D8(d, 56)
+/// \endcond
+
+/// D (64×N) = A·B (+ D if `accumulate`), A (64×16) and B (16×N) both K-major in shared
+/// memory; T is __half or __nv_bfloat16; N is 64 or 128.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+  if constexpr (N == 64 && std::is_same<T, __half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FA_WGMMA_OUT32(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 64 && std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FA_WGMMA_OUT32(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 128 && std::is_same<T, __half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : FA_WGMMA_OUT64(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 128 && std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : FA_WGMMA_OUT64(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  }
+}
+
+/// D (64×N) = A·B (+ D if `accumulate`), A (64×16) from registers (mma.sync's A fragment, four registers of two
+/// 16-bit values) and B (16×N) MN-major in shared memory (the transpose flag set).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_desc,
+                                         bool accumulate) {
+  if constexpr (N == 64 && std::is_same<T, __half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WGMMA_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : FA_WGMMA_OUT32(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 64 && std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WGMMA_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : FA_WGMMA_OUT32(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 128 && std::is_same<T, __half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : FA_WGMMA_OUT64(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 128 && std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : FA_WGMMA_OUT64(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  }
+}
+
+#undef FA_D8
+#undef FA_WGMMA_D32
+#undef FA_WGMMA_D64
+#undef FA_WGMMA_OUT32
+#undef FA_WGMMA_OUT64
+
+}  // namespace fa::hopper

@@ -1,0 +1,50 @@
+// Stage 08 against the float64 reference in fp16 and bf16 on a Hopper GPU: the standard
+// battery at d = 64 and 128, the log-sum-exp included, and shapes that wrap the K/V ring
+// many times. (Built only for the GPU; skipped, never passed, without a Hopper.)
+#include <cmath>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/problem.h"
+#include "stages/08_hopper/hopper_attention.h"
+#include "tests/catch.h"
+#include "tests/stage_check.h"
+
+namespace {
+
+void run_stage08(const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
+  fa::hopper::attention(p, t.q, t.k, t.v, t.o, t.lse);
+}
+
+const std::vector<int64_t> kDims = {64, 128};
+
+}  // namespace
+
+TEST_CASE("stage 08 matches the reference in fp16, log-sum-exp included", "[stage08][fp16]") {
+  fa::test::check_attention_stage(run_stage08, /*with_lse=*/true, /*causal=*/true, fa::DType::F16, kDims);
+}
+
+TEST_CASE("stage 08 matches the reference in bf16, log-sum-exp included", "[stage08][bf16]") {
+  fa::test::check_attention_stage(run_stage08, /*with_lse=*/true, /*causal=*/true, fa::DType::BF16, kDims);
+}
+
+// Many K/V tiles a block: the ring of slots wraps around several times, and each slot's
+// barriers go through several phases; causal too, with Nq != Nkv and ragged ends.
+TEST_CASE("stage 08 over many K/V tiles: the ring wraps around", "[stage08][ring]") {
+  uint64_t seed = 40;
+  for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
+    for (int64_t d : kDims) {
+      for (bool causal : {false, true}) {
+        const fa::AttentionProblem p = fa::make_problem(2, 3, 700, 1500, d, 0.0, causal, dtype);
+        fa::test::require_passed(p, fa::test::run_and_check(p, run_stage08, ++seed, 1.0f, true));
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[stage08]") {
+  const fa::DeviceTensors none{nullptr, nullptr, nullptr, nullptr};
+  REQUIRE_THROWS_WITH(run_stage08(fa::make_problem(1, 1, 8, 8, 64), none), fa::test::HasSubstring("fp16 or bf16"));
+  const fa::AttentionProblem p32 = fa::make_problem(1, 1, 8, 8, 32, 0.0, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(run_stage08(p32, none), fa::test::HasSubstring("head dim 32 is not supported"));
+}
