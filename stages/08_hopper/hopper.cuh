@@ -92,6 +92,19 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
       : "memory");
 }
 
+// ---- named barriers --------------------------------------------------------------------
+
+/// Waits at hardware barrier `id` (1-15; 0 is __syncthreads) until `threads` threads have
+/// reached it, counting those that only arrive.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/// Counts this warp at barrier `id` without waiting for the others.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- register reallocation -------------------------------------------------------------
 
 /// The warpgroup gives registers back, down to N a thread (the producer needs few).

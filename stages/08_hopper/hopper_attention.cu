@@ -12,13 +12,14 @@
  *         for each K/V tile j:  wait until slot j % S of the ring is empty,
  *                               TMA: K_j → slot, V_j → slot (barriers k_full, v_full)
  *     warpgroups 1 and 2, the consumers (64 query rows each):
- *         wait q_full
- *         for each K/V tile j:
- *             wait k_full[slot];   S = Q_i·K_jᵀ        (wgmma, both operands in shared memory)
- *             mask, m_new = max(m, rowmax(S)), P = 2^(S − m_new), alpha = 2^(m − m_new)
- *             l = alpha·l + rowsum(P),  O = alpha·O
- *             wait v_full[slot];   O += P·V_j          (wgmma, P from registers)
- *             arrive on empty[slot]                    (the producer may refill it)
+ *         wait q_full;  S = Q_i·K_0ᵀ;  P_0 = softmax(S)
+ *         for each K/V tile j:                         (the two consumers take turns to issue)
+ *             issue S = Q_i·K_{j+1}ᵀ                   (wgmma, both operands in shared memory)
+ *             issue O += P_j·V_j                       (wgmma, P from registers)
+ *             wait for S;  mask, m_new = max(m, rowmax(S)), P_{j+1} = 2^(S − m_new),
+ *                          alpha = 2^(m − m_new), l = alpha·l + rowsum(P_{j+1})
+ *                                                      (while the tensor cores still run P_j·V_j)
+ *             wait for P_j·V_j;  arrive on empty[slot j];  O = alpha·O
  *         O = O / l; write O and lse
  *
  * What changed since stage 07: copies are issued by one thread for a whole tile and
@@ -26,7 +27,9 @@
  * as the tensor cores read them; one wgmma instruction multiplies a 64×16 slice of Q by a
  * whole 16×128 slice of Kᵀ for four warps at once, reading shared memory directly; the
  * producer and the consumers are different warps, so copies and math overlap without the
- * consumers ever issuing a copy.
+ * consumers ever issuing a copy; and the softmax of one tile runs while the tensor cores
+ * multiply the previous one, with the two consumer warpgroups taking turns at issuing their
+ * products (FA08_OVERLAP, FA08_PINGPONG: the README's optimisation log measures each).
  * Cost: no workspace; HBM traffic as stage 07 (Q and O once, K and V once per Q tile).
  * Parallelism: B·H·⌈Nq/128⌉ blocks of 384 threads, one block a multiprocessor.
  *
@@ -52,6 +55,7 @@ namespace fa::hopper {
 constexpr int WG = 128;                  ///< threads of a warpgroup
 constexpr int THREADS = 3 * WG;          ///< the producer warpgroup and two consumers
 constexpr int STAGES = FA08_STAGES;      ///< slots of the K/V ring
+constexpr bool PINGPONG = FA08_OVERLAP && FA08_PINGPONG;  ///< consumers alternate their products
 constexpr int BOX = 64;                  ///< columns of one TMA box: 64 16-bit values, one 128-byte swizzle row
 constexpr int PRODUCER_REGS = 24;        ///< registers a producer thread keeps (setmaxnreg)
 constexpr int CONSUMER_REGS = 240;       ///< registers a consumer thread takes
@@ -122,120 +126,177 @@ __global__ void __launch_bounds__(THREADS, 1)
           tma_load_3d(smem + L::v + s * L::KV_BYTES + c * Bc * 128, &tv, &v_full[s], c * BOX, j * Bc, bh);
       }
     }
-    return;
-  }
+  } else {
+    // ---------------- the consumers: warpgroup 1 has rows 0-63 of the tile, 2 rows 64-127 ----------------
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int cw = wg - 1;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row0 = i0 + 64 * cw + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
 
-  // ---------------- the consumers: warpgroup 1 has rows 0-63 of the tile, 2 rows 64-127 ----------------
-  setmaxnreg_inc<CONSUMER_REGS>();
-  const int cw = wg - 1;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int row0 = i0 + 64 * cw + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
+    float o[D / 2];  // O: 64 × D per warpgroup, the wgmma accumulator layout
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this thread's part of the row sum
+    float s[Bc / 2];  // S: 64 × Bc per warpgroup
+    uint32_t p0[Bc / 16][4], p1[Bc / 16][4];  // P of two tiles: one multiplies V while the next is made
 
-  float o[D / 2];  // O: 64 × D per warpgroup, the wgmma accumulator layout
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this thread's part of the row sum
-  float s[Bc / 2];  // S (then P): 64 × Bc per warpgroup
+    // S = Q_i·K_jᵀ: D/16 products of 64×16 by 16×Bc, issued (not waited for).
+    const auto issue_s = [&](int j) {
+      const uint8_t* Ks = smem + L::k + (j % STAGES) * L::KV_BYTES;
+      mbarrier_wait(&k_full[j % STAGES], (j / STAGES) & 1);
+      wgmma_fence();
+  #pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int box = kk / 4, along = (kk % 4) * 32;  // 16 columns are 32 bytes along a 128-byte row
+        const uint64_t a = smem_desc(smem + L::q + box * Br * 128 + cw * 64 * 128 + along, 16, 1024);
+        const uint64_t b = smem_desc(Ks + box * Bc * 128 + along, 16, 1024);
+        wgmma_ss<T, Bc>(s, a, b, kk > 0);
+      }
+      wgmma_commit();
+    };
 
-  mbarrier_wait(q_full, 0);
-  for (int j = 0; j < n_tiles; ++j) {
-    const int slot = j % STAGES;
-    const uint32_t phase = (j / STAGES) & 1;
-    const uint8_t* Ks = smem + L::k + slot * L::KV_BYTES;
-    const uint8_t* Vs = smem + L::v + slot * L::KV_BYTES;
+    // O += P·V_j: Bc/16 products of 64×16 (P, registers) by 16×D (V, MN-major), issued.
+    const auto issue_pv = [&](int j, const uint32_t(&p)[Bc / 16][4]) {
+      const uint8_t* Vs = smem + L::v + (j % STAGES) * L::KV_BYTES;
+      mbarrier_wait(&v_full[j % STAGES], (j / STAGES) & 1);
+      fence_registers(o);
+      wgmma_fence();
+  #pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) {
+        const uint64_t b = smem_desc(Vs + kk * 16 * 128, Bc * 128, 1024);
+        wgmma_rs<T, D>(o, p[kk], b, true);
+      }
+      wgmma_commit();
+    };
 
-    // S = Q_i·K_jᵀ: D/16 products of 64×16 by 16×Bc, accumulated in registers.
-    mbarrier_wait(&k_full[slot], phase);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int box = kk / 4, along = (kk % 4) * 32;  // 16 columns are 32 bytes along a 128-byte row
-      const uint64_t a = smem_desc(smem + L::q + box * Br * 128 + cw * 64 * 128 + along, 16, 1024);
-      const uint64_t b = smem_desc(Ks + box * Bc * 128 + along, 16, 1024);
-      wgmma_ss<T, Bc>(s, a, b, kk > 0);
-    }
-    wgmma_commit();
+    // The online softmax of tile j on this thread's two rows (each row lives in one quad of
+    // lanes): the new m and l, alpha (by which O is still to be rescaled) and P, rounded to T
+    // as the A operand of P·V: two 8-column pieces of S are one A fragment. It works on a
+    // copy of S: writing to a wgmma's accumulators while a product is in flight would make
+    // the compiler serialise the products (ptxas warning C7515).
+    const auto softmax = [&](int j, uint32_t(&p)[Bc / 16][4], float(&alpha)[2]) {
+      float x[Bc / 2];
+  #pragma unroll
+      for (int i = 0; i < Bc / 2; ++i) x[i] = s[i];
+      const int j0 = j * Bc;
+      const bool needs_mask = j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0 + 64 * cw);
+  #pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        float mx = -INFINITY;
+  #pragma unroll
+        for (int n = 0; n < Bc / 8; ++n) {
+  #pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = j0 + 8 * n + 2 * t + e;
+            float& v = x[4 * n + 2 * r + e];
+            if (needs_mask && (col >= seq_kv || (causal && col > row))) v = -INFINITY;
+            mx = fmaxf(mx, v);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every row sees key 0 in tile 0
+        alpha[r] = pipe::fast_exp2<true>(m[r] - m_new);   // 0 on the first tile
+        float sum = 0.0f;
+  #pragma unroll
+        for (int n = 0; n < Bc / 8; ++n) {
+  #pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& v = x[4 * n + 2 * r + e];
+            v = pipe::fast_exp2<true>(fmaf(v, scale_log2, -m_new));
+            sum += v;
+          }
+        }
+        l[r] = alpha[r] * l[r] + sum;
+        m[r] = m_new;
+      }
+  #pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) {
+        p[kk][0] = tc::pack2<T>(x[8 * kk + 0], x[8 * kk + 1]);
+        p[kk][1] = tc::pack2<T>(x[8 * kk + 2], x[8 * kk + 3]);
+        p[kk][2] = tc::pack2<T>(x[8 * kk + 4], x[8 * kk + 5]);
+        p[kk][3] = tc::pack2<T>(x[8 * kk + 6], x[8 * kk + 7]);
+      }
+    };
+
+    const auto rescale_o = [&](const float(&alpha)[2]) {
+  #pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[4 * n] *= alpha[0];
+        o[4 * n + 1] *= alpha[0];
+        o[4 * n + 2] *= alpha[1];
+        o[4 * n + 3] *= alpha[1];
+      }
+    };
+
+    // One K/V tile that has a next one: P_j (made already) times V_j, and S_{j+1} made into
+    // P_{j+1}. With FA08_OVERLAP, S_{j+1} is issued before P_j·V_j and its softmax runs while
+    // the tensor cores still multiply P_j·V_j; O waits for its rescale until that is done.
+    const auto tile = [&](int j, const uint32_t(&p_now)[Bc / 16][4], uint32_t(&p_next)[Bc / 16][4]) {
+      if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);  // this consumer's turn at the tensor cores
+      if (FA08_OVERLAP) issue_s(j + 1);
+      issue_pv(j, p_now);
+      if (PINGPONG) named_barrier_arrive(1 + (cw ^ 1), 2 * WG);  // the other's turn
+      if (!FA08_OVERLAP) {
+        wgmma_wait<0>();
+        mbarrier_arrive(&empty[j % STAGES]);
+        issue_s(j + 1);
+      }
+      wgmma_wait<FA08_OVERLAP>();  // S_{j+1} is done; P_j·V_j may still run
+      fence_registers(s);
+      float alpha[2];
+      softmax(j + 1, p_next, alpha);
+      wgmma_wait<0>();
+      fence_registers(o);
+      if (FA08_OVERLAP) mbarrier_arrive(&empty[j % STAGES]);  // this thread is done with the slot's K and V
+      rescale_o(alpha);
+    };
+    // The last tile: P·V only.
+    const auto last_tile = [&](int j, const uint32_t(&p_now)[Bc / 16][4]) {
+      if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);
+      issue_pv(j, p_now);
+      if (PINGPONG && cw == 0) named_barrier_arrive(2, 2 * WG);  // consumer 1's last turn
+      wgmma_wait<0>();
+      fence_registers(o);
+      mbarrier_arrive(&empty[j % STAGES]);
+    };
+
+    mbarrier_wait(q_full, 0);
+    if (PINGPONG && cw == 1) named_barrier_arrive(1, 2 * WG);  // consumer 0 takes the first turn
+    issue_s(0);
     wgmma_wait<0>();
     fence_registers(s);
+    {
+      float alpha[2];  // O is still 0: nothing to rescale
+      softmax(0, p0, alpha);
+    }
+    int j = 0;
+    for (; j + 2 < n_tiles; j += 2) {  // by twos, so that which P is which is known at compile time
+      tile(j, p0, p1);
+      tile(j + 1, p1, p0);
+    }
+    if (j + 1 < n_tiles) {  // two tiles left
+      tile(j, p0, p1);
+      last_tile(j + 1, p1);
+    } else {
+      last_tile(j, p0);
+    }
 
-    // The online softmax on this thread's two rows (each row lives in one quad of lanes).
-    const int j0 = j * Bc;
-    const bool needs_mask = j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0 + 64 * cw);
-#pragma unroll
+    // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.
+  #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
       const int row = row0 + 8 * r;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < Bc / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = j0 + 8 * n + 2 * t + e;
-          float& x = s[4 * n + 2 * r + e];
-          if (needs_mask && (col >= seq_kv || (causal && col > row))) x = -INFINITY;
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every row sees key 0 in tile 0
-      const float alpha = pipe::fast_exp2<true>(m[r] - m_new);  // 0 on the first tile
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < Bc / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[4 * n + 2 * r + e];
-          x = pipe::fast_exp2<true>(fmaf(x, scale_log2, -m_new));
-          sum += x;
-        }
-      }
-      l[r] = alpha * l[r] + sum;
-      m[r] = m_new;
-#pragma unroll
+      if (row >= seq_q) continue;
+      const float inv = 1.0f / l[r];
+      T* o_row = O + (static_cast<int64_t>(bh) * seq_q + row) * D;
+  #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
-        o[4 * n + 2 * r] *= alpha;
-        o[4 * n + 2 * r + 1] *= alpha;
+        *reinterpret_cast<uint32_t*>(o_row + 8 * n + 2 * t) = tc::pack2<T>(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
       }
+      if (lse && t == 0) lse[static_cast<int64_t>(bh) * seq_q + row] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
     }
-
-    // P, rounded to T, as the A operand: two 8-column pieces of S are one A fragment.
-    uint32_t p[Bc / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) {
-      p[kk][0] = tc::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      p[kk][1] = tc::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      p[kk][2] = tc::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      p[kk][3] = tc::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-
-    // O += P·V_j: Bc/16 products of 64×16 (registers) by 16×D (V, MN-major).
-    mbarrier_wait(&v_full[slot], phase);
-    fence_registers(o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) {
-      const uint64_t b = smem_desc(Vs + kk * 16 * 128, Bc * 128, 1024);
-      wgmma_rs<T, D>(o, p[kk], b, true);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(o);
-    mbarrier_arrive(&empty[slot]);  // this thread is done with the slot's K and V
-  }
-
-  // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const int row = row0 + 8 * r;
-    if (row >= seq_q) continue;
-    const float inv = 1.0f / l[r];
-    T* o_row = O + (static_cast<int64_t>(bh) * seq_q + row) * D;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(o_row + 8 * n + 2 * t) = tc::pack2<T>(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
-    }
-    if (lse && t == 0) lse[static_cast<int64_t>(bh) * seq_q + row] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
   }
 }
 

@@ -23,9 +23,18 @@ StageDemo describe();
 constexpr int Br = 128;  ///< query rows per block: two consumer warpgroups of 64 rows
 constexpr int Bc = 128;  ///< key/value rows per tile (one TMA box each of K and V)
 
+/// \name The optimisation log's switches (benchmarks/tune_stage08.sh builds each variant)
+///@{
 #ifndef FA08_STAGES
-#define FA08_STAGES 2  ///< K/V tiles in flight: the ring's slots
+#define FA08_STAGES 3  ///< K/V tiles in flight: the ring's slots
 #endif
+#ifndef FA08_OVERLAP
+#define FA08_OVERLAP 1  ///< softmax of tile j+1 while P_j·V_j runs (0: each product waited for at once)
+#endif
+#ifndef FA08_PINGPONG
+#define FA08_PINGPONG 1  ///< with FA08_OVERLAP: the two consumers take turns at the tensor cores
+#endif
+///@}
 
 /// Whether this build has stage 08's kernels (nvcc with sm_90a) and this process's GPU
 /// can run them (compute capability 9.0). \returns an empty string if so, else why not.
