@@ -16,10 +16,10 @@
  *         for each K/V tile j:                         (the two consumers take turns to issue)
  *             issue S = Q_i·K_{j+1}ᵀ                   (wgmma, both operands in shared memory)
  *             issue O += P_j·V_j                       (wgmma, P from registers)
- *             wait for S;  mask, m_new = max(m, rowmax(S)), P_{j+1} = 2^(S − m_new),
- *                          alpha = 2^(m − m_new), l = alpha·l + rowsum(P_{j+1})
+ *             wait for S;  mask, m_new = max(m, rowmax(S)), S = 2^(S − m_new),
+ *                          alpha = 2^(m − m_new), l = alpha·l + rowsum(S)
  *                                                      (while the tensor cores still run P_j·V_j)
- *             wait for P_j·V_j;  arrive on empty[slot j];  O = alpha·O
+ *             wait for P_j·V_j;  arrive on empty[slot j];  P_{j+1} = S in 16 bits;  O = alpha·O
  *         O = O / l; write O and lse
  *
  * What changed since stage 07: copies are issued by one thread for a whole tile and
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this thread's part of the row sum
     float s[Bc / 2];  // S: 64 × Bc per warpgroup
-    uint32_t p0[Bc / 16][4], p1[Bc / 16][4];  // P of two tiles: one multiplies V while the next is made
+    uint32_t p[Bc / 16][4];  // P (16-bit pairs): the A operand of P·V
 
     // S = Q_i·K_jᵀ: D/16 products of 64×16 by 16×Bc, issued (not waited for).
     const auto issue_s = [&](int j) {
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     };
 
     // O += P·V_j: Bc/16 products of 64×16 (P, registers) by 16×D (V, MN-major), issued.
-    const auto issue_pv = [&](int j, const uint32_t(&p)[Bc / 16][4]) {
+    const auto issue_pv = [&](int j) {
       const uint8_t* Vs = smem + L::v + (j % STAGES) * L::KV_BYTES;
       mbarrier_wait(&v_full[j % STAGES], (j / STAGES) & 1);
       fence_registers(o);
@@ -169,28 +169,23 @@ __global__ void __launch_bounds__(THREADS, 1)
     };
 
     // The online softmax of tile j on this thread's two rows (each row lives in one quad of
-    // lanes): the new m and l, alpha (by which O is still to be rescaled) and P, rounded to T
-    // as the A operand of P·V: two 8-column pieces of S are one A fragment. It works on a
-    // copy of S: writing to a wgmma's accumulators while a product is in flight would make
-    // the compiler serialise the products (ptxas warning C7515).
-    const auto softmax = [&](int j, uint32_t(&p)[Bc / 16][4], float(&alpha)[2]) {
-      float x[Bc / 2];
-  #pragma unroll
-      for (int i = 0; i < Bc / 2; ++i) x[i] = s[i];
+    // lanes), in S's registers: S becomes 2^(S·scale·log2 e − m_new); m and l move on, and
+    // alpha is returned, by which O is still to be rescaled.
+    const auto softmax = [&](int j, float(&alpha)[2]) {
       const int j0 = j * Bc;
       const bool needs_mask = j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0 + 64 * cw);
-  #pragma unroll
+#pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
         float mx = -INFINITY;
-  #pragma unroll
+#pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
-  #pragma unroll
+#pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int col = j0 + 8 * n + 2 * t + e;
-            float& v = x[4 * n + 2 * r + e];
-            if (needs_mask && (col >= seq_kv || (causal && col > row))) v = -INFINITY;
-            mx = fmaxf(mx, v);
+            float& x = s[4 * n + 2 * r + e];
+            if (needs_mask && (col >= seq_kv || (causal && col > row))) x = -INFINITY;
+            mx = fmaxf(mx, x);
           }
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -198,24 +193,28 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every row sees key 0 in tile 0
         alpha[r] = pipe::fast_exp2<true>(m[r] - m_new);   // 0 on the first tile
         float sum = 0.0f;
-  #pragma unroll
+#pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
-  #pragma unroll
+#pragma unroll
           for (int e = 0; e < 2; ++e) {
-            float& v = x[4 * n + 2 * r + e];
-            v = pipe::fast_exp2<true>(fmaf(v, scale_log2, -m_new));
-            sum += v;
+            float& x = s[4 * n + 2 * r + e];
+            x = pipe::fast_exp2<true>(fmaf(x, scale_log2, -m_new));
+            sum += x;
           }
         }
         l[r] = alpha[r] * l[r] + sum;
         m[r] = m_new;
       }
-  #pragma unroll
+    };
+
+    // P, rounded to T, as the A operand of P·V: two 8-column pieces of S are one A fragment.
+    const auto make_p = [&] {
+#pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
-        p[kk][0] = tc::pack2<T>(x[8 * kk + 0], x[8 * kk + 1]);
-        p[kk][1] = tc::pack2<T>(x[8 * kk + 2], x[8 * kk + 3]);
-        p[kk][2] = tc::pack2<T>(x[8 * kk + 4], x[8 * kk + 5]);
-        p[kk][3] = tc::pack2<T>(x[8 * kk + 6], x[8 * kk + 7]);
+        p[kk][0] = tc::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        p[kk][1] = tc::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        p[kk][2] = tc::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        p[kk][3] = tc::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
       }
     };
 
@@ -231,11 +230,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     // One K/V tile that has a next one: P_j (made already) times V_j, and S_{j+1} made into
     // P_{j+1}. With FA08_OVERLAP, S_{j+1} is issued before P_j·V_j and its softmax runs while
-    // the tensor cores still multiply P_j·V_j; O waits for its rescale until that is done.
-    const auto tile = [&](int j, const uint32_t(&p_now)[Bc / 16][4], uint32_t(&p_next)[Bc / 16][4]) {
+    // the tensor cores still multiply P_j·V_j; P_{j+1} is written, and O rescaled, once that
+    // product is done (it still reads P_j's registers and adds into O).
+    const auto tile = [&](int j) {
       if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);  // this consumer's turn at the tensor cores
       if (FA08_OVERLAP) issue_s(j + 1);
-      issue_pv(j, p_now);
+      issue_pv(j);
       if (PINGPONG) named_barrier_arrive(1 + (cw ^ 1), 2 * WG);  // the other's turn
       if (!FA08_OVERLAP) {
         wgmma_wait<0>();
@@ -245,16 +245,17 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<FA08_OVERLAP>();  // S_{j+1} is done; P_j·V_j may still run
       fence_registers(s);
       float alpha[2];
-      softmax(j + 1, p_next, alpha);
+      softmax(j + 1, alpha);
       wgmma_wait<0>();
       fence_registers(o);
       if (FA08_OVERLAP) mbarrier_arrive(&empty[j % STAGES]);  // this thread is done with the slot's K and V
+      make_p();
       rescale_o(alpha);
     };
     // The last tile: P·V only.
-    const auto last_tile = [&](int j, const uint32_t(&p_now)[Bc / 16][4]) {
+    const auto last_tile = [&](int j) {
       if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);
-      issue_pv(j, p_now);
+      issue_pv(j);
       if (PINGPONG && cw == 0) named_barrier_arrive(2, 2 * WG);  // consumer 1's last turn
       wgmma_wait<0>();
       fence_registers(o);
@@ -268,19 +269,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_registers(s);
     {
       float alpha[2];  // O is still 0: nothing to rescale
-      softmax(0, p0, alpha);
+      softmax(0, alpha);
     }
-    int j = 0;
-    for (; j + 2 < n_tiles; j += 2) {  // by twos, so that which P is which is known at compile time
-      tile(j, p0, p1);
-      tile(j + 1, p1, p0);
-    }
-    if (j + 1 < n_tiles) {  // two tiles left
-      tile(j, p0, p1);
-      last_tile(j + 1, p1);
-    } else {
-      last_tile(j, p0);
-    }
+    make_p();
+    for (int j = 0; j + 1 < n_tiles; ++j) tile(j);
+    last_tile(n_tiles - 1);
 
     // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.
   #pragma unroll
