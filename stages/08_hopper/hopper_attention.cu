@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       const uint8_t* Ks = smem + L::k + (j % STAGES) * L::KV_BYTES;
       mbarrier_wait(&k_full[j % STAGES], (j / STAGES) & 1);
       wgmma_fence();
-  #pragma unroll
+#pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const int box = kk / 4, along = (kk % 4) * 32;  // 16 columns are 32 bytes along a 128-byte row
         const uint64_t a = smem_desc(smem + L::q + box * Br * 128 + cw * 64 * 128 + along, 16, 1024);
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       mbarrier_wait(&v_full[j % STAGES], (j / STAGES) & 1);
       fence_registers(o);
       wgmma_fence();
-  #pragma unroll
+#pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
         const uint64_t b = smem_desc(Vs + kk * 16 * 128, Bc * 128, 1024);
         wgmma_rs<T, D>(o, p[kk], b, true);
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     };
 
     const auto rescale_o = [&](const float(&alpha)[2]) {
-  #pragma unroll
+#pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         o[4 * n] *= alpha[0];
         o[4 * n + 1] *= alpha[0];
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     last_tile(n_tiles - 1);
 
     // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.
-  #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       if (row >= seq_q) continue;
       const float inv = 1.0f / l[r];
       T* o_row = O + (static_cast<int64_t>(bh) * seq_q + row) * D;
-  #pragma unroll
+#pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         *reinterpret_cast<uint32_t*>(o_row + 8 * n + 2 * t) = tc::pack2<T>(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
       }
