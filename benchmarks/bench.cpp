@@ -242,6 +242,11 @@ Row measure_point(const StageDemo& stage, const AttentionProblem& p, const fa::A
   const std::size_t need = fa::stage_run_bytes(stage, p);
   r.device_bytes = qkv_bytes(p) + need;
   r.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
+  if (!stage.runs_dim(p.dim)) {
+    r.status = "skipped";
+    r.note = "does not run d = " + std::to_string(p.dim);
+    return r;
+  }
   const fa::DeviceInfo now = fa::require_device();  // free memory with Q, K, V allocated
   if (!fa::fits(now, need)) {
     r.status = "skipped";
@@ -268,9 +273,6 @@ Row measure_point(const StageDemo& stage, const AttentionProblem& p, const fa::A
     if (!rep.passed()) r.note = fa::describe(rep.check.o, fa::output_namer(p, rep.check.rows));
     planner.record(stage.id, p, r.median_ms);
   } catch (const fa::NoGpuError& e) {  // stage 08 on a GPU that is not a Hopper
-    r.status = "skipped";
-    r.note = e.what();
-  } catch (const fa::InputError& e) {  // a head dim the stage does not run (stage 08: 64 and 128)
     r.status = "skipped";
     r.note = e.what();
   } catch (const fa::CudaError& e) {

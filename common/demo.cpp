@@ -43,12 +43,16 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
     }
   } else {
     p = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal, p.dtype);
+    stage.require_dim(p);
   }
   if (opt.causal && !stage.supports_causal) {
     throw InputError("stage " + stage.id + " does not support --causal yet");
   }
   const DeviceInfo device = require_device();
-  if (!opt.load_dir.empty()) in = load_npy_inputs(opt.load_dir, opt.scale, opt.causal, &p);
+  if (!opt.load_dir.empty()) {
+    in = load_npy_inputs(opt.load_dir, opt.scale, opt.causal, &p);
+    stage.require_dim(p);
+  }
 
   // Everything is sized before anything is allocated, so a shape that cannot fit
   // fails with a clear message instead of a failed cudaMalloc halfway through.
@@ -101,6 +105,8 @@ int run(int argc, const char* const* argv, const StageDemo& stage) {
       const std::size_t need = stage_run_bytes(other, po) + (upload32 ? po.qkvo_bytes() : 0);
       if (!other.causal_ok(po)) {
         report.skipped.push_back(other.id + ": does not support --causal");
+      } else if (!other.runs_dim(po.dim)) {
+        report.skipped.push_back(other.id + ": does not run d = " + std::to_string(po.dim));
       } else if (!other.runs_in(po.dtype)) {
         report.skipped.push_back(other.id + ": does not run in " + dtype_name(po.dtype));
       } else if (!fits(require_device(), need)) {
@@ -165,6 +171,23 @@ bool StageDemo::runs_in(DType t) const {
     if (d == t) return true;
   }
   return false;
+}
+
+bool StageDemo::runs_dim(int64_t d) const {
+  if (head_dims.empty()) return true;
+  for (int64_t h : head_dims) {
+    if (h == d) return true;
+  }
+  return false;
+}
+
+void StageDemo::require_dim(const AttentionProblem& p) const {
+  if (runs_dim(p.dim)) return;
+  std::string list;
+  for (std::size_t i = 0; i < head_dims.size(); ++i) {
+    list += (i == 0 ? "" : (i + 1 == head_dims.size() ? " or " : ", ")) + std::to_string(head_dims[i]);
+  }
+  throw InputError("stage " + id + ": head dim " + std::to_string(p.dim) + " is not supported (it runs d = " + list + ")");
 }
 
 DType stage_dtype(const StageDemo& stage, const std::string& dtype_flag) {

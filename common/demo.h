@@ -70,6 +70,8 @@ struct StageDemo {
   /// Element types the stage runs in; the first is the demo's default --dtype.
   std::vector<DType> dtypes = {DType::F32};
   bool writes_lse = false;      ///< true: the stage writes each row's log-sum-exp, and it is checked
+  /// Head dims the stage runs; empty: every one of supported_head_dims().
+  std::vector<int64_t> head_dims;
   /// Device bytes the stage needs beyond Q, K, V, O (allocated by the driver, untimed).
   std::function<std::size_t(const AttentionProblem&)> workspace_bytes;
   /// Enqueues one forward pass. `workspace` has workspace_bytes(p) bytes.
@@ -85,6 +87,10 @@ struct StageDemo {
   bool causal_ok(const AttentionProblem& p) const { return supports_causal || !p.causal; }
   /// Whether the stage runs in element type `t`.
   bool runs_in(DType t) const;
+  /// Whether the stage runs head dim `d` (one the project supports).
+  bool runs_dim(int64_t d) const;
+  /// \throws InputError naming the head dims the stage runs, if it does not run p.dim.
+  void require_dim(const AttentionProblem& p) const;
 };
 
 struct AttentionInputs;

@@ -10,9 +10,6 @@
 #include "common/device.h"
 #include "common/errors.h"
 #endif
-#ifdef FA_TEST_NEEDS_HOPPER
-#include <cuda_runtime.h>
-#endif
 
 int main(int argc, char** argv) {
 #ifdef FA_TEST_NEEDS_DEVICE
@@ -20,8 +17,7 @@ int main(int argc, char** argv) {
     const fa::DeviceInfo device = fa::require_device();
     std::cout << "device: " << device.name << " (" << device.backend << ")\n";
 #ifdef FA_TEST_NEEDS_HOPPER
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9 || prop.minor != 0) {
+    if (device.cc_major != 9 || device.cc_minor != 0) {
       std::cout << "SKIPPED: these tests need a Hopper GPU (compute capability 9.0)\n";
       return fa::kExitNoGpu;
     }

@@ -9,6 +9,7 @@ StageDemo describe() {
   stage.id = "08_hopper";
   stage.title = "FlashAttention-2 on Hopper: TMA into a K/V ring, mbarriers, wgmma, a producer warpgroup";
   stage.dtypes = {DType::F16, DType::BF16};
+  stage.head_dims = {64, 128};
   stage.writes_lse = true;
   stage.workspace_bytes = [](const AttentionProblem&) { return std::size_t{0}; };
   stage.run = [](const AttentionProblem& p, const DeviceTensors& t, void*) {

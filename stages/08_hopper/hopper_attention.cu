@@ -346,13 +346,16 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
 }  // namespace
 
 std::string unavailable_reason() {
-  int device = 0;
-  cudaDeviceProp prop{};
+  // Two attributes, cheap enough for every call of attention(); the name only when needed.
+  int device = 0, major = 0, minor = 0;
   FA_CUDA_CHECK(cudaGetDevice(&device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major == 9 && minor == 0) return "";
+  cudaDeviceProp prop{};
   FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  if (prop.major == 9 && prop.minor == 0) return "";
   return std::string("stage 08 needs a Hopper GPU (compute capability 9.0, sm_90a); this is ") + prop.name +
-         " (compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
+         " (compute capability " + std::to_string(major) + "." + std::to_string(minor) + ")";
 }
 
 std::size_t shared_bytes(int64_t d) {
