@@ -59,6 +59,26 @@ void ArgParser::add_int_list(const std::string& name, std::vector<int64_t>* targ
                       }});
 }
 
+void ArgParser::add_real_list(const std::string& name, std::vector<float>* target, const std::string& help) {
+  std::ostringstream def;
+  for (std::size_t i = 0; i < target->size(); ++i) def << (i ? "," : "") << (*target)[i];
+  options_.push_back({name, help, "X,X,...", def.str(), true, [=](const std::string& text) {
+                        std::vector<float> values;
+                        std::stringstream in(text);
+                        std::string item;
+                        while (std::getline(in, item, ',')) {
+                          char* end = nullptr;
+                          const float v = std::strtof(item.c_str(), &end);
+                          if (item.empty() || *end != '\0') {
+                            throw UsageError("--" + name + ": '" + item + "' is not a number");
+                          }
+                          values.push_back(v);
+                        }
+                        if (values.empty()) throw UsageError("--" + name + ": needs at least one value");
+                        *target = values;
+                      }});
+}
+
 void ArgParser::add_uint(const std::string& name, uint64_t* target, const std::string& help) {
   options_.push_back({name, help, "N", std::to_string(*target), true,
                       [=](const std::string& text) {

@@ -22,6 +22,8 @@ class ArgParser {
   /// A comma-separated list of integers (`--seq 512,1024`); each must be at least `min`.
   void add_int_list(const std::string& name, std::vector<int64_t>* target, const std::string& help,
                     int64_t min = 1);
+  /// A comma-separated list of floats (`--row=2,1,-inf`), each as strtof reads it.
+  void add_real_list(const std::string& name, std::vector<float>* target, const std::string& help);
   /// An unsigned 64-bit option (seeds).
   void add_uint(const std::string& name, uint64_t* target, const std::string& help);
   /// A real option; values outside [min, max] are rejected.

@@ -183,3 +183,19 @@ TEST_CASE("a demo takes the shared flags it needs, reworded, and adds its own", 
   REQUIRE_THROWS_AS(parser.reword("frobnicate", "x"), std::logic_error);
   REQUIRE_THROWS_AS(parser.remove("frobnicate"), std::logic_error);
 }
+
+TEST_CASE("a list of reals parses as strtof reads each value, and rejects the rest", "[cli]") {
+  std::vector<float> row = {2, 1};
+  fa::ArgParser parser("demo", "test");
+  parser.add_real_list("row", &row, "values");
+  REQUIRE_THAT(parser.help(), HasSubstring("--row X,X,...           values (default: 2,1)"));
+  std::vector<const char*> args = {"demo", "--row=5,-inf,1.5"};
+  REQUIRE(parser.parse(static_cast<int>(args.size()), args.data()));
+  REQUIRE(row == std::vector<float>{5.0f, -INFINITY, 1.5f});
+  args = {"demo", "--row=5,x"};
+  REQUIRE_THROWS_WITH(parser.parse(static_cast<int>(args.size()), args.data()), HasSubstring("'x' is not a number"));
+  args = {"demo", "--row=5,,3"};
+  REQUIRE_THROWS_WITH(parser.parse(static_cast<int>(args.size()), args.data()), HasSubstring("'' is not a number"));
+  args = {"demo", "--row="};
+  REQUIRE_THROWS_WITH(parser.parse(static_cast<int>(args.size()), args.data()), HasSubstring("needs at least one value"));
+}

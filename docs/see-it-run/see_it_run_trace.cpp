@@ -200,22 +200,9 @@ std::string attention_runs(const fa::AttentionProblem& shape, uint64_t seed) {
   return s.str() + "]";
 }
 
-std::vector<float> parse_row(const std::string& text) {
-  std::vector<float> x;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const float v = std::strtof(item.c_str(), &end);
-    if (item.empty() || *end != '\0') throw fa::UsageError("--row: '" + item + "' is not a number");
-    x.push_back(v);
-  }
-  if (x.empty() || x.size() > 64) throw fa::UsageError("--row: give 1 to 64 values");
-  return x;
-}
-
 int run(int argc, const char* const* argv) {
-  std::string out_dir, row = "2,1,4,1.5,3";  // the posts' worked example
+  std::string out_dir;
+  std::vector<float> row = {2, 1, 4, 1.5f, 3};  // the posts' worked example
   int64_t batch = 1, heads = 2, seq_q = 160, seq_kv = 160, dim = 16;
   uint64_t seed = 2024;
   fa::ArgParser a(argv[0],
@@ -229,21 +216,21 @@ int run(int argc, const char* const* argv) {
   a.add_int("seq-kv", &seq_kv, "key/value length Nkv (at most 512)");
   a.add_int("dim", &dim, "head dimension d (16, 32 or 64)");
   a.add_uint("seed", &seed, "seed of the random inputs");
-  a.add_string("row", &row, "stage 02's row, comma-separated", "LIST");
+  a.add_real_list("row", &row, "stage 02's row, comma-separated (1 to 64 values)");
   if (!a.parse(argc, argv)) return fa::kExitPassed;
   if (out_dir.empty()) throw fa::UsageError("--out DIR is required");
   if (seq_q > 512 || seq_kv > 512 || batch * heads > 8 || dim > 64) {
     throw fa::InputError("the trace is for small problems: Nq, Nkv <= 512, B·H <= 8, d <= 64");
   }
   const fa::AttentionProblem p = fa::make_problem(batch, heads, seq_q, seq_kv, dim);
-  const std::vector<float> x = parse_row(row);
+  if (row.size() > 64) throw fa::UsageError("--row: give 1 to 64 values");
   if (!fa::is_cpu_backend()) throw fa::InputError("the tracer runs on the CPU backend only");
 
   std::ostringstream json;
   json << "{\"format\":1,\"problem\":{\"batch\":" << p.batch << ",\"heads\":" << p.heads << ",\"seq_q\":" << p.seq_q
        << ",\"seq_kv\":" << p.seq_kv << ",\"dim\":" << p.dim << ",\"scale\":" << num(p.scale) << ",\"seed\":" << seed
        << ",\"Br\":" << fa::flash2::Br << ",\"Bc\":" << fa::flash2::Bc << "}"
-       << ",\"softmax\":" << softmax_trace(x) << ",\"runs\":" << attention_runs(p, seed) << "}\n";
+       << ",\"softmax\":" << softmax_trace(row) << ",\"runs\":" << attention_runs(p, seed) << "}\n";
 
   std::filesystem::create_directories(out_dir);
   const auto write = [](const std::string& path, const std::string& text) {

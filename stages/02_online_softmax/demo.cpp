@@ -15,9 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,20 +33,6 @@
 #include "stages/02_online_softmax/online_softmax.h"
 
 namespace {
-
-std::vector<float> parse_list(const std::string& flag, const std::string& text) {
-  std::vector<float> values;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const float v = std::strtof(item.c_str(), &end);
-    if (item.empty() || *end != '\0') throw fa::UsageError("--" + flag + ": '" + item + "' is not a number");
-    values.push_back(v);
-  }
-  if (values.empty()) throw fa::UsageError("--" + flag + ": needs at least one value");
-  return values;
-}
 
 std::string num(float x) {
   char buf[32];
@@ -147,7 +131,7 @@ std::vector<float> gather(const float* device, const std::vector<int64_t>& rows)
 int run(int argc, char** argv) {
   fa::DemoOptions opt = fa::default_demo_options(fa::is_cpu_backend());
   bool trace = false;
-  std::string row = "2,1,4,1.5,3", tile_row = "1,2,3,4";
+  std::vector<float> row = {2, 1, 4, 1.5f, 3}, tile_row = {1, 2, 3, 4};
   int64_t tile = 2;
   fa::ArgParser parser(argv[0],
                        "Stage 02_online_softmax: row softmax with the online recurrence, next to stage 01's "
@@ -155,15 +139,15 @@ int run(int argc, char** argv) {
                        "that attention problem.");
   fa::add_demo_options(parser, opt);
   parser.add_switch("trace", &trace, "print the recurrence step by step on --row and --tile-row");
-  parser.add_string("row", &row, "comma-separated values for --trace", "LIST");
-  parser.add_string("tile-row", &tile_row, "comma-separated values for the tiled --trace", "LIST");
+  parser.add_real_list("row", &row, "comma-separated values for --trace");
+  parser.add_real_list("tile-row", &tile_row, "comma-separated values for the tiled --trace");
   parser.add_int("tile", &tile, "tile size for the tiled --trace");
   if (!parser.parse(argc, argv)) return fa::kExitPassed;
 
   if (trace) {
-    trace_elementwise(parse_list("row", row));
-    trace_tiles(parse_list("tile-row", tile_row), tile);
-    trace_kernel(parse_list("row", row));
+    trace_elementwise(row);
+    trace_tiles(tile_row, tile);
+    trace_kernel(row);
     return fa::kExitPassed;
   }
   if (!opt.load_dir.empty() || !opt.save_dir.empty()) throw fa::UsageError("stage 02 does not read or write .npy files");
