@@ -42,6 +42,38 @@ TEST_CASE("stage 08 over many K/V tiles: the ring wraps around", "[stage08][ring
   }
 }
 
+// More Q tiles than a GPU has multiprocessors (80 heads × 5 tiles): with one block a
+// multiprocessor each block takes several, one after another, its K/V ring and barriers
+// carrying on from one to the next; under the causal mask, in pairs (5 tiles: the middle
+// one pairs with itself).
+TEST_CASE("stage 08 with more Q tiles than multiprocessors: a block takes several", "[stage08][persistent]") {
+  uint64_t seed = 60;
+  for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
+    for (int64_t d : kDims) {
+      for (bool causal : {false, true}) {
+        const fa::AttentionProblem p = fa::make_problem(2, 40, 600, 700, d, 0.0, causal, dtype);
+        REQUIRE(fa::hopper::persistent(p));
+        fa::test::require_passed(p, fa::test::run_and_check(p, run_stage08, ++seed, 1.0f, true));
+      }
+    }
+  }
+}
+
+// Over 64 K/V tiles a head the kernel runs a block for each Q tile instead (persistent());
+// causal too, with Nq < Nkv, so that every row sees many tiles.
+TEST_CASE("stage 08 over a long K/V sequence: a block for each Q tile", "[stage08][long]") {
+  uint64_t seed = 80;
+  for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
+    for (int64_t d : kDims) {
+      for (bool causal : {false, true}) {
+        const fa::AttentionProblem p = fa::make_problem(1, 2, 300, 8300, d, 0.0, causal, dtype);
+        REQUIRE_FALSE(fa::hopper::persistent(p));
+        fa::test::require_passed(p, fa::test::run_and_check(p, run_stage08, ++seed, 1.0f, true));
+      }
+    }
+  }
+}
+
 TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[stage08]") {
   const fa::DeviceTensors none{nullptr, nullptr, nullptr, nullptr};
   REQUIRE_THROWS_WITH(run_stage08(fa::make_problem(1, 1, 8, 8, 64), none), fa::test::HasSubstring("fp16 or bf16"));

@@ -17,13 +17,17 @@ StageDemo describe() {
   };
   stage.hbm_bytes = hbm_bytes_model;
   stage.notes = [](const AttentionProblem& p) {
-    const int64_t q_tiles = (p.seq_q + Br - 1) / Br;
+    const int br = block_rows(p.dim), c = consumers(p.dim);
+    const int64_t q_tiles = (p.seq_q + br - 1) / br;
+    const std::string tiles = std::to_string(q_tiles * p.batch_heads()) + " Q tiles (" + std::to_string(q_tiles) +
+                              " a head x " + std::to_string(p.batch_heads()) + " heads)";
     return std::vector<std::pair<std::string, std::string>>{
-        {"tiles", "Br = " + std::to_string(Br) + " query rows (64 per consumer warpgroup), Bc = " + std::to_string(Bc) +
+        {"tiles", "Br = " + std::to_string(br) + " query rows (64 per consumer warpgroup), Bc = " + std::to_string(Bc) +
                       " key rows, a ring of " + std::to_string(FA08_STAGES) + " K/V slots; " +
                       format_bytes(static_cast<double>(shared_bytes(p.dim))) + " of shared memory per block"},
-        {"grid", std::to_string(q_tiles * p.batch_heads()) + " blocks (" + std::to_string(q_tiles) + " Q tiles x " +
-                     std::to_string(p.batch_heads()) + " heads), 384 threads each: a producer and two consumer warpgroups"},
+        {"grid", std::string(persistent(p) ? "one block a multiprocessor working through " : "one block for each of ") + tiles +
+                     ", " + std::to_string(128 * (1 + c)) + " threads each: a producer and " + std::to_string(c) +
+                     " consumer warpgroups"},
         {"memory", "TMA global -> shared (128-byte swizzle), completing on mbarriers; wgmma reads shared memory directly"}};
   };
   return stage;

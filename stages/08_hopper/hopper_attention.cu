@@ -21,6 +21,7 @@
  *                                                      (while the tensor cores still run P_j·V_j)
  *             wait for P_j·V_j;  arrive on empty[slot j];  P_{j+1} = S in 16 bits;  O = alpha·O
  *         O = O / l; write O and lse
+ *     (and again for the block's next Q tile, if it has one)
  *
  * What changed since stage 07: copies are issued by one thread for a whole tile and
  * counted in bytes on an mbarrier (no per-thread wait); the tiles land 128-byte swizzled,
@@ -31,7 +32,10 @@
  * multiply the previous one, with the two consumer warpgroups taking turns at issuing their
  * products (FA08_OVERLAP, FA08_PINGPONG: the README's optimisation log measures each).
  * Cost: no workspace; HBM traffic as stage 07 (Q and O once, K and V once per Q tile).
- * Parallelism: B·H·⌈Nq/128⌉ blocks of 384 threads, one block a multiprocessor.
+ * Parallelism: B·H·⌈Nq/128⌉ Q tiles, for blocks of 384 threads, one block a multiprocessor:
+ * up to Nkv = 8192 one block on each multiprocessor takes tile after tile (persistent()),
+ * the producer copying the next tile's Q and K/V while the consumers finish the last one;
+ * beyond, a block for each tile.
  *
  * Run: `stage08_hopper --dim 128` (needs a Hopper GPU)
  */
@@ -41,6 +45,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/cuda_check.h"
@@ -53,57 +58,111 @@
 namespace fa::hopper {
 
 constexpr int WG = 128;                  ///< threads of a warpgroup
-constexpr int THREADS = 3 * WG;          ///< the producer warpgroup and two consumers
 constexpr int STAGES = FA08_STAGES;      ///< slots of the K/V ring
-constexpr bool PINGPONG = FA08_OVERLAP && FA08_PINGPONG;  ///< consumers alternate their products
+constexpr bool PINGPONG = FA08_OVERLAP && FA08_PINGPONG;  ///< consumers take turns at their products
 constexpr int BOX = 64;                  ///< columns of one TMA box: 64 16-bit values, one 128-byte swizzle row
 constexpr int PRODUCER_REGS = 24;        ///< registers a producer thread keeps (setmaxnreg)
-constexpr int CONSUMER_REGS = 240;       ///< registers a consumer thread takes
 constexpr float LOG2E = 1.4426950408889634f;  ///< scores are kept in base-2 units: s·scale·log2 e
+
+/// The block's shape at head dim D: C consumer warpgroups of 64 query rows each, and the
+/// registers each consumer thread may take once the producer has given its own back
+/// (65,536 a multiprocessor: 128 · (24 + C · regs) must fit, in steps of 8).
+template <int D>
+struct Shape {
+  static constexpr int C = D == 64 ? FA08_CONSUMERS_D64 : 2;  ///< consumer warpgroups
+  static constexpr int BR = 64 * C;                           ///< query rows of a tile
+  static constexpr int THREADS = WG * (1 + C);                ///< the producer warpgroup and the consumers
+  static constexpr int CONSUMER_REGS = C == 2 ? 240 : 160;    ///< registers a consumer thread takes
+};
 
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
 /// 128-byte swizzle repeats every 1024 bytes and the tensor cores expect it aligned).
 /// A tile of R rows × D columns is stored as D/64 boxes of R rows × 128 bytes.
 template <int D>
 struct Smem {
-  static constexpr int Q_BYTES = Br * D * 2;            ///< one Q tile
+  static constexpr int Q_BYTES = Shape<D>::BR * D * 2;  ///< one Q tile
   static constexpr int KV_BYTES = Bc * D * 2;           ///< one K (or V) tile
   static constexpr int q = 0;                           ///< the Q tile
   static constexpr int k = q + Q_BYTES;                 ///< STAGES K tiles
   static constexpr int v = k + STAGES * KV_BYTES;       ///< STAGES V tiles
-  static constexpr int bars = v + STAGES * KV_BYTES;    ///< q_full, k_full[S], v_full[S], empty[S]
-  static constexpr int bytes = bars + (1 + 3 * STAGES) * 8 + 1024;  ///< + slack to align the base
+  static constexpr int bars = v + STAGES * KV_BYTES;    ///< q_full, q_empty, k_full[S], v_full[S], empty[S]
+  static constexpr int tile = bars + (2 + 3 * STAGES) * 8;  ///< the Q tile's number (an int)
+  static constexpr int bytes = tile + 8 + 1024;         ///< + slack to align the base
 };
 
-/// One block per (Q tile, batch·head): the producer warpgroup and two consumers (see the
-/// file's comment). The tensor maps describe Q, K and V as [B·H][N][D].
+/// Which Q tiles there are, and which block takes which: tile number t → (Q tile, batch·head).
+/// Numbers run head by head, so that the blocks running at one time share a few heads' K
+/// and V in L2. Under the causal mask a Q tile's work grows with its index (its K/V tiles
+/// stop at the diagonal), and with one block a multiprocessor (`persistent`) every block
+/// should get the same work: so numbers 2u and 2u + 1 are a pair, the Q tiles p and
+/// q_tiles − 1 − p of one head, the lightest and the heaviest, and a block takes both. Every
+/// pair has about the same work. (With an odd count the middle tile pairs with itself and
+/// is taken once.) A block for each tile: under the causal mask, each head's heaviest first.
+struct TileOrder {
+  int q_tiles;   ///< Q tiles of one head
+  int heads;     ///< B·H
+  bool persistent;  ///< one block a multiprocessor, taking every gridDim.x-th tile or pair
+  bool paired;   ///< causal and persistent: pairs as above
+  bool causal;
+  __device__ int pairs() const { return (q_tiles + 1) / 2; }
+  __device__ int count() const { return paired ? 2 * heads * pairs() : heads * q_tiles; }
+  /// The first number block b takes, and the one after t, with `blocks` blocks.
+  __device__ int first(int b) const { return paired ? 2 * b : b; }
+  __device__ int next(int t, int blocks) const {
+    if (!persistent) return count();
+    if (!paired) return t + blocks;
+    return t % 2 == 0 ? t + 1 : t - 1 + 2 * blocks;
+  }
+  /// The Q tile and head of number t; false for the second half of a middle tile's pair.
+  __device__ bool coords(int t, int& qt, int& bh) const {
+    if (!paired) {
+      bh = t / q_tiles;
+      qt = causal ? q_tiles - 1 - t % q_tiles : t % q_tiles;
+      return true;
+    }
+    const int p = t / 2 % pairs();
+    bh = t / 2 / pairs();
+    qt = t % 2 == 0 ? q_tiles - 1 - p : p;
+    return t % 2 == 0 || qt != q_tiles - 1 - p;
+  }
+};
+
+/**
+ * The producer warpgroup and C consumers (see the file's comment). When `order.persistent`,
+ * the grid has one block a multiprocessor, and block b takes tiles b, b + gridDim.x, b + 2·gridDim.x,
+ * ... (pairs of tiles, under the causal mask) of the TileOrder: the producer copies the next
+ * tile's Q and K/V while the consumers still finish and write the last one. Without it, a
+ * block for each tile. The tensor maps describe Q, K and V as [B·H][N][D].
+ */
 template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, 1)
+__global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     hopper_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                   const __grid_constant__ CUtensorMap tv, T* O, float* lse, int seq_q, int seq_kv, float scale_log2,
-                  bool causal, int q_tiles) {
+                  TileOrder order) {
   using L = Smem<D>;
+  constexpr int C = Shape<D>::C, BR = Shape<D>::BR;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::bars);
-  uint64_t* k_full = q_full + 1;
+  uint64_t* q_empty = q_full + 1;
+  uint64_t* k_full = q_full + 2;
   uint64_t* v_full = k_full + STAGES;
   uint64_t* empty = v_full + STAGES;
-
-  // The last Q tile of each head first under the causal mask: it has the most work.
-  const int bh = blockIdx.x / q_tiles;
-  const int qt = causal ? q_tiles - 1 - static_cast<int>(blockIdx.x % q_tiles) : static_cast<int>(blockIdx.x % q_tiles);
-  const int i0 = qt * Br;
+  volatile int* tile_number = reinterpret_cast<volatile int*>(smem + L::tile);
+  const bool causal = order.causal;
   const int kv_tiles = (seq_kv + Bc - 1) / Bc;
-  const int last_row = min(i0 + Br, seq_q) - 1;
-  const int n_tiles = causal ? min(kv_tiles, last_row / Bc + 1) : kv_tiles;
+  // K/V tiles Q tile qt needs: under the causal mask, up to its last row's diagonal.
+  const auto tiles_for = [&](int qt) {
+    return causal ? min(kv_tiles, (min((qt + 1) * BR, seq_q) - 1) / Bc + 1) : kv_tiles;
+  };
 
   if (threadIdx.x == 0) {
     mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, C * WG);  // every consumer thread arrives
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(&k_full[s], 1);
       mbarrier_init(&v_full[s], 1);
-      mbarrier_init(&empty[s], 2 * WG);  // every consumer thread arrives
+      mbarrier_init(&empty[s], C * WG);
     }
     mbarrier_init_fence();
   }
@@ -113,41 +172,57 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (wg == 0) {  // ---------------- the producer ----------------
     setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      mbarrier_arrive_expect_tx(q_full, L::Q_BYTES);
-      for (int c = 0; c < D / BOX; ++c) tma_load_3d(smem + L::q + c * Br * 128, &tq, q_full, c * BOX, i0, bh);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % STAGES, round = j / STAGES;
-        mbarrier_wait(&empty[s], (round & 1) ^ 1);  // the consumers are done with this slot (round 0: free)
-        mbarrier_arrive_expect_tx(&k_full[s], L::KV_BYTES);
-        for (int c = 0; c < D / BOX; ++c)
-          tma_load_3d(smem + L::k + s * L::KV_BYTES + c * Bc * 128, &tk, &k_full[s], c * BOX, j * Bc, bh);
-        mbarrier_arrive_expect_tx(&v_full[s], L::KV_BYTES);
-        for (int c = 0; c < D / BOX; ++c)
-          tma_load_3d(smem + L::v + s * L::KV_BYTES + c * Bc * 128, &tv, &v_full[s], c * BOX, j * Bc, bh);
+      int it = 0;  // K/V tiles copied so far: ring slot it % STAGES, round it / STAGES
+      int t = order.first(blockIdx.x);
+      for (int n = 0;; ++n) {
+        int qt = 0, bh = 0;
+        while (t < order.count() && !order.coords(t, qt, bh)) t = order.next(t, gridDim.x);
+        mbarrier_wait(q_empty, (n & 1) ^ 1);  // the consumers are done with the Q buffer (n = 0: free)
+        if (t >= order.count()) {             // no more tiles: tell the consumers
+          *tile_number = -1;
+          mbarrier_arrive(q_full);
+          break;
+        }
+        *tile_number = t;  // published by the arrive below
+        mbarrier_arrive_expect_tx(q_full, L::Q_BYTES);
+        for (int c = 0; c < D / BOX; ++c) tma_load_3d(smem + L::q + c * BR * 128, &tq, q_full, c * BOX, qt * BR, bh);
+        const int n_tiles = tiles_for(qt);
+        for (int j = 0; j < n_tiles; ++j, ++it) {
+          const int s = it % STAGES, round = it / STAGES;
+          mbarrier_wait(&empty[s], (round & 1) ^ 1);  // the consumers are done with this slot (round 0: free)
+          mbarrier_arrive_expect_tx(&k_full[s], L::KV_BYTES);
+          for (int c = 0; c < D / BOX; ++c)
+            tma_load_3d(smem + L::k + s * L::KV_BYTES + c * Bc * 128, &tk, &k_full[s], c * BOX, j * Bc, bh);
+          mbarrier_arrive_expect_tx(&v_full[s], L::KV_BYTES);
+          for (int c = 0; c < D / BOX; ++c)
+            tma_load_3d(smem + L::v + s * L::KV_BYTES + c * Bc * 128, &tv, &v_full[s], c * BOX, j * Bc, bh);
+        }
+        t = order.next(t, gridDim.x);
       }
     }
   } else {
-    // ---------------- the consumers: warpgroup 1 has rows 0-63 of the tile, 2 rows 64-127 ----------------
-    setmaxnreg_inc<CONSUMER_REGS>();
+    // ---------------- the consumers: warpgroup 1 + w has rows 64w .. 64w + 63 of the tile ----------------
+    setmaxnreg_inc<Shape<D>::CONSUMER_REGS>();
     const int cw = wg - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int row0 = i0 + 64 * cw + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
 
     float o[D / 2];  // O: 64 × D per warpgroup, the wgmma accumulator layout
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this thread's part of the row sum
+    float m[2], l[2];  // l: this thread's part of the row sum
     float s[Bc / 2];  // S: 64 × Bc per warpgroup
     uint32_t p[Bc / 16][4];  // P (16-bit pairs): the A operand of P·V
+    int it = 0;  // ring position of the tile's first K/V tile
+    int i0 = 0, row0 = 0;  // the Q tile's first row; this thread's rows: row0 and row0 + 8
 
     // S = Q_i·K_jᵀ: D/16 products of 64×16 by 16×Bc, issued (not waited for).
     const auto issue_s = [&](int j) {
-      const uint8_t* Ks = smem + L::k + (j % STAGES) * L::KV_BYTES;
-      mbarrier_wait(&k_full[j % STAGES], (j / STAGES) & 1);
+      const int slot = (it + j) % STAGES;
+      const uint8_t* Ks = smem + L::k + slot * L::KV_BYTES;
+      mbarrier_wait(&k_full[slot], ((it + j) / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const int box = kk / 4, along = (kk % 4) * 32;  // 16 columns are 32 bytes along a 128-byte row
-        const uint64_t a = smem_desc(smem + L::q + box * Br * 128 + cw * 64 * 128 + along, 16, 1024);
+        const uint64_t a = smem_desc(smem + L::q + box * BR * 128 + cw * 64 * 128 + along, 16, 1024);
         const uint64_t b = smem_desc(Ks + box * Bc * 128 + along, 16, 1024);
         wgmma_ss<T, Bc>(s, a, b, kk > 0);
       }
@@ -156,8 +231,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     // O += P·V_j: Bc/16 products of 64×16 (P, registers) by 16×D (V, MN-major), issued.
     const auto issue_pv = [&](int j) {
-      const uint8_t* Vs = smem + L::v + (j % STAGES) * L::KV_BYTES;
-      mbarrier_wait(&v_full[j % STAGES], (j / STAGES) & 1);
+      const int slot = (it + j) % STAGES;
+      const uint8_t* Vs = smem + L::v + slot * L::KV_BYTES;
+      mbarrier_wait(&v_full[slot], ((it + j) / STAGES) & 1);
       fence_registers(o);
       wgmma_fence();
 #pragma unroll
@@ -167,6 +243,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
       wgmma_commit();
     };
+    const auto release = [&](int j) { mbarrier_arrive(&empty[(it + j) % STAGES]); };
 
     // The online softmax of tile j on this thread's two rows (each row lives in one quad of
     // lanes), in S's registers: S becomes 2^(S·scale·log2 e − m_new); m and l move on, and
@@ -228,18 +305,27 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
     };
 
+    // With FA08_PINGPONG the consumers take turns to issue their products, in a ring: each
+    // waits at its own hardware barrier (1 + cw) and then lets the next one go.
+    const auto my_turn = [&] {
+      if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);
+    };
+    const auto next_turn = [&] {
+      if (PINGPONG) named_barrier_arrive(1 + (cw + 1) % C, 2 * WG);
+    };
+
     // One K/V tile that has a next one: P_j (made already) times V_j, and S_{j+1} made into
     // P_{j+1}. With FA08_OVERLAP, S_{j+1} is issued before P_j·V_j and its softmax runs while
     // the tensor cores still multiply P_j·V_j; P_{j+1} is written, and O rescaled, once that
     // product is done (it still reads P_j's registers and adds into O).
     const auto tile = [&](int j) {
-      if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);  // this consumer's turn at the tensor cores
+      my_turn();
       if (FA08_OVERLAP) issue_s(j + 1);
       issue_pv(j);
-      if (PINGPONG) named_barrier_arrive(1 + (cw ^ 1), 2 * WG);  // the other's turn
+      next_turn();
       if (!FA08_OVERLAP) {
         wgmma_wait<0>();
-        mbarrier_arrive(&empty[j % STAGES]);
+        release(j);
         issue_s(j + 1);
       }
       wgmma_wait<FA08_OVERLAP>();  // S_{j+1} is done; P_j·V_j may still run
@@ -248,48 +334,67 @@ __global__ void __launch_bounds__(THREADS, 1)
       softmax(j + 1, alpha);
       wgmma_wait<0>();
       fence_registers(o);
-      if (FA08_OVERLAP) mbarrier_arrive(&empty[j % STAGES]);  // this thread is done with the slot's K and V
+      if (FA08_OVERLAP) release(j);  // this thread is done with the slot's K and V
       make_p();
       rescale_o(alpha);
     };
-    // The last tile: P·V only.
+    // The last tile: P·V only. Every S product of the Q tile is done, so the Q buffer is
+    // handed back first: the producer may copy the next tile's Q while this one finishes.
     const auto last_tile = [&](int j) {
-      if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);
+      mbarrier_arrive(q_empty);
+      my_turn();
       issue_pv(j);
-      if (PINGPONG && cw == 0) named_barrier_arrive(2, 2 * WG);  // consumer 1's last turn
+      next_turn();
       wgmma_wait<0>();
       fence_registers(o);
-      mbarrier_arrive(&empty[j % STAGES]);
+      release(j);
     };
 
-    mbarrier_wait(q_full, 0);
-    if (PINGPONG && cw == 1) named_barrier_arrive(1, 2 * WG);  // consumer 0 takes the first turn
-    issue_s(0);
-    wgmma_wait<0>();
-    fence_registers(s);
-    {
-      float alpha[2];  // O is still 0: nothing to rescale
-      softmax(0, alpha);
-    }
-    make_p();
-    for (int j = 0; j + 1 < n_tiles; ++j) tile(j);
-    last_tile(n_tiles - 1);
+    if (PINGPONG && cw == C - 1) named_barrier_arrive(1, 2 * WG);  // consumer 0 takes the first turn
+    for (int n = 0;; ++n) {
+      mbarrier_wait(q_full, n & 1);
+      const int number = *tile_number;
+      if (number < 0) break;
+      int qt, bh;
+      order.coords(number, qt, bh);
+      i0 = qt * BR;
+      row0 = i0 + 64 * cw + 16 * warp + g;
+      const int n_tiles = tiles_for(qt);
+      for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
 
-    // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-      const int row = row0 + 8 * r;
-      if (row >= seq_q) continue;
-      const float inv = 1.0f / l[r];
-      T* o_row = O + (static_cast<int64_t>(bh) * seq_q + row) * D;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(o_row + 8 * n + 2 * t) = tc::pack2<T>(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+      issue_s(0);
+      wgmma_wait<0>();
+      fence_registers(s);
+      {
+        float alpha[2];  // O is still 0: nothing to rescale
+        softmax(0, alpha);
       }
-      if (lse && t == 0) lse[static_cast<int64_t>(bh) * seq_q + row] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
+      make_p();
+      for (int j = 0; j + 1 < n_tiles; ++j) tile(j);
+      last_tile(n_tiles - 1);
+      it += n_tiles;
+
+      // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int row = row0 + 8 * r;
+        if (row >= seq_q) continue;
+        const float inv = 1.0f / l[r];
+        T* o_row = O + (static_cast<int64_t>(bh) * seq_q + row) * D;
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          *reinterpret_cast<uint32_t*>(o_row + 8 * n8 + 2 * t) =
+              tc::pack2<T>(o[4 * n8 + 2 * r] * inv, o[4 * n8 + 2 * r + 1] * inv);
+        }
+        if (lse && t == 0) lse[static_cast<int64_t>(bh) * seq_q + row] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
+      }
     }
+    // The last consumer's last turn let consumer 0 go once more; take that arrival.
+    if (PINGPONG && cw == 0) named_barrier_sync(1, 2 * WG);
   }
 }
 
@@ -328,18 +433,32 @@ CUtensorMap tensor_map(const void* base, int64_t heads, int64_t n, int d, int ro
 
 template <typename T, int D>
 void launch(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
-  if (p.seq_q > 2147483647 - Br || p.seq_kv > 2147483647 - Bc) throw InputError("stage 08: sequences too long");
+  constexpr int BR = Shape<D>::BR;
+  if (p.seq_q > 2147483647 - BR || p.seq_kv > 2147483647 - Bc) throw InputError("stage 08: sequences too long");
   const int64_t bh = p.batch_heads();
-  const CUtensorMap tq = tensor_map<T>(Q, bh, p.seq_q, D, Br);
+  const CUtensorMap tq = tensor_map<T>(Q, bh, p.seq_q, D, BR);
   const CUtensorMap tk = tensor_map<T>(K, bh, p.seq_kv, D, Bc);
   const CUtensorMap tv = tensor_map<T>(V, bh, p.seq_kv, D, Bc);
   const int smem = Smem<D>::bytes;
   FA_CUDA_CHECK(cudaFuncSetAttribute(hopper_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const unsigned blocks = q_tile_grid(p, Br, "stage 08");
-  const int q_tiles = static_cast<int>((p.seq_q + Br - 1) / Br);
-  hopper_kernel<T, D><<<blocks, THREADS, smem>>>(tq, tk, tv, static_cast<T*>(O), lse, static_cast<int>(p.seq_q),
-                                                 static_cast<int>(p.seq_kv), static_cast<float>(p.scale) * LOG2E,
-                                                 p.causal, q_tiles);
+
+  const unsigned tiles = q_tile_grid(p, BR, "stage 08");
+  // Tile numbers (pairs round the count up by a tile a head) and the steps past them fit an int.
+  if (static_cast<int64_t>(tiles) + bh + 2 * 65536 > 2147483647) throw InputError("stage 08: too many query tiles");
+  TileOrder order{};
+  order.q_tiles = static_cast<int>((p.seq_q + BR - 1) / BR);
+  order.heads = static_cast<int>(bh);
+  order.causal = p.causal;
+  order.persistent = persistent(p);
+  order.paired = order.persistent && p.causal;
+  int device = 0, sms = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const unsigned units = order.paired ? static_cast<unsigned>(bh * ((order.q_tiles + 1) / 2)) : tiles;
+  const unsigned blocks = order.persistent ? std::min(units, static_cast<unsigned>(sms)) : tiles;
+  hopper_kernel<T, D><<<blocks, Shape<D>::THREADS, smem>>>(tq, tk, tv, static_cast<T*>(O), lse,
+                                                           static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
+                                                           static_cast<float>(p.scale) * LOG2E, order);
   FA_CHECK_LAUNCH("hopper_kernel");
 }
 
@@ -364,7 +483,20 @@ std::size_t shared_bytes(int64_t d) {
   throw InputError("stage 08: head dim " + std::to_string(d) + " is not supported (64 or 128)");
 }
 
-double hbm_bytes_model(const AttentionProblem& p) { return q_outer_hbm_bytes(p, Br); }
+int consumers(int64_t d) {
+  if (d == 64) return Shape<64>::C;
+  if (d == 128) return Shape<128>::C;
+  throw InputError("stage 08: head dim " + std::to_string(d) + " is not supported (64 or 128)");
+}
+
+int block_rows(int64_t d) { return 64 * consumers(d); }
+
+bool persistent(const AttentionProblem& p) {
+  if (FA08_PERSISTENT != 2) return FA08_PERSISTENT != 0;
+  return (p.seq_kv + Bc - 1) / Bc <= 64;  // short tiles: Nkv ≤ 8192
+}
+
+double hbm_bytes_model(const AttentionProblem& p) { return q_outer_hbm_bytes(p, block_rows(p.dim)); }
 
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
   tc::with_mma_type(p.dtype, "stage 08", [&](auto type) {

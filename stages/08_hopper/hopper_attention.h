@@ -20,7 +20,6 @@ namespace fa::hopper {
 /// This stage as the shared demo driver sees it.
 StageDemo describe();
 
-constexpr int Br = 128;  ///< query rows per block: two consumer warpgroups of 64 rows
 constexpr int Bc = 128;  ///< key/value rows per tile (one TMA box each of K and V)
 
 /// \name The optimisation log's switches (benchmarks/tune_stage08.sh builds each variant)
@@ -32,9 +31,29 @@ constexpr int Bc = 128;  ///< key/value rows per tile (one TMA box each of K and
 #define FA08_OVERLAP 1  ///< softmax of tile j+1 while P_j·V_j runs (0: each product waited for at once)
 #endif
 #ifndef FA08_PINGPONG
-#define FA08_PINGPONG 1  ///< with FA08_OVERLAP: the two consumers take turns at the tensor cores
+#define FA08_PINGPONG 1  ///< with FA08_OVERLAP: the consumers take turns at the tensor cores
+#endif
+#ifndef FA08_CONSUMERS_D64
+#define FA08_CONSUMERS_D64 2  ///< consumer warpgroups (64 query rows each) at d = 64 (2 or 3); d = 128 has 2
+#endif
+#ifndef FA08_PERSISTENT
+#define FA08_PERSISTENT 2  ///< one block a multiprocessor (1: always; 0: a block a tile; 2: see persistent())
 #endif
 ///@}
+
+/// Query rows of a block (Br) at head dim d: 64 per consumer warpgroup.
+int block_rows(int64_t d);
+
+/// Consumer warpgroups of a block at head dim d.
+int consumers(int64_t d);
+
+/// Whether the kernel runs with one block a multiprocessor, each taking Q tiles (or pairs
+/// of them) one after another, rather than a block for each Q tile. With FA08_PERSISTENT = 2
+/// (the default): when a head has at most 64 K/V tiles (Nkv ≤ 8192). A Q tile's run is then
+/// short, and starting and ending it (the wait for its first copies, the stores of O) is a
+/// larger share of it; over long K/V sequences the static schedule's last round costs more
+/// than it saves (the README's log measures both).
+bool persistent(const AttentionProblem& p);
 
 /// Whether this build has stage 08's kernels (nvcc with sm_90a) and this process's GPU
 /// can run them (compute capability 9.0). \returns an empty string if so, else why not.
@@ -53,7 +72,7 @@ void attention(const AttentionProblem& p, const void* Q, const void* K, const vo
                float* lse = nullptr);
 
 /// HBM bytes this kernel moves according to the IO model: Q and O once, K and V once per
-/// Q tile of Br rows.
+/// Q tile of block_rows(d) rows.
 double hbm_bytes_model(const AttentionProblem& p);
 
 }  // namespace fa::hopper
