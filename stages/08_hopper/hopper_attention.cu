@@ -103,11 +103,14 @@ struct TileOrder {
   int heads;     ///< B·H
   bool persistent;  ///< one block a multiprocessor, taking every gridDim.x-th tile or pair
   bool paired;   ///< causal and persistent: pairs as above
-  bool causal;
+  bool causal;   ///< the causal mask (top-left aligned)
+  /// Pairs of Q tiles a head has.
   __device__ int pairs() const { return (q_tiles + 1) / 2; }
+  /// Tile numbers there are (pairs count two each).
   __device__ int count() const { return paired ? 2 * heads * pairs() : heads * q_tiles; }
-  /// The first number block b takes, and the one after t, with `blocks` blocks.
+  /// The first number block b takes.
   __device__ int first(int b) const { return paired ? 2 * b : b; }
+  /// The number a block takes after t, with `blocks` blocks (count() or more: none).
   __device__ int next(int t, int blocks) const {
     if (!persistent) return count();
     if (!paired) return t + blocks;
