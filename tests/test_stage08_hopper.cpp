@@ -28,18 +28,28 @@ TEST_CASE("stage 08 matches the reference in bf16, log-sum-exp included", "[stag
   fa::test::check_attention_stage(run_stage08, /*with_lse=*/true, /*causal=*/true, fa::DType::BF16, kDims);
 }
 
-// Many K/V tiles a block: the ring of slots wraps around several times, and each slot's
-// barriers go through several phases; causal too, with Nq != Nkv and ragged ends.
-TEST_CASE("stage 08 over many K/V tiles: the ring wraps around", "[stage08][ring]") {
-  uint64_t seed = 40;
+// Runs stage 08 against the reference on make(dtype, d, causal)'s problem in fp16 and bf16,
+// at both head dims, with and without the causal mask, a fresh seed each; `check` sees each
+// problem first.
+template <typename Make, typename Check>
+void check_each(uint64_t seed, Make make, Check check) {
   for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
     for (int64_t d : kDims) {
       for (bool causal : {false, true}) {
-        const fa::AttentionProblem p = fa::make_problem(2, 3, 700, 1500, d, 0.0, causal, dtype);
+        const fa::AttentionProblem p = make(dtype, d, causal);
+        check(p);
         fa::test::require_passed(p, fa::test::run_and_check(p, run_stage08, ++seed, 1.0f, true));
       }
     }
   }
+}
+
+// Many K/V tiles a block: the ring of slots wraps around several times, and each slot's
+// barriers go through several phases; causal too, with Nq != Nkv and ragged ends.
+TEST_CASE("stage 08 over many K/V tiles: the ring wraps around", "[stage08][ring]") {
+  check_each(
+      40, [](fa::DType dtype, int64_t d, bool causal) { return fa::make_problem(2, 3, 700, 1500, d, 0.0, causal, dtype); },
+      [](const fa::AttentionProblem&) {});
 }
 
 // More Q tiles than a GPU has multiprocessors (80 heads × 5 tiles): with one block a
@@ -47,31 +57,17 @@ TEST_CASE("stage 08 over many K/V tiles: the ring wraps around", "[stage08][ring
 // carrying on from one to the next; under the causal mask, in pairs (5 tiles: the middle
 // one pairs with itself).
 TEST_CASE("stage 08 with more Q tiles than multiprocessors: a block takes several", "[stage08][persistent]") {
-  uint64_t seed = 60;
-  for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
-    for (int64_t d : kDims) {
-      for (bool causal : {false, true}) {
-        const fa::AttentionProblem p = fa::make_problem(2, 40, 600, 700, d, 0.0, causal, dtype);
-        REQUIRE(fa::hopper::persistent(p));
-        fa::test::require_passed(p, fa::test::run_and_check(p, run_stage08, ++seed, 1.0f, true));
-      }
-    }
-  }
+  check_each(
+      60, [](fa::DType dtype, int64_t d, bool causal) { return fa::make_problem(2, 40, 600, 700, d, 0.0, causal, dtype); },
+      [](const fa::AttentionProblem& p) { REQUIRE(fa::hopper::persistent(p)); });
 }
 
 // Over 64 K/V tiles a head the kernel runs a block for each Q tile instead (persistent());
 // causal too, with Nq < Nkv, so that every row sees many tiles.
 TEST_CASE("stage 08 over a long K/V sequence: a block for each Q tile", "[stage08][long]") {
-  uint64_t seed = 80;
-  for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
-    for (int64_t d : kDims) {
-      for (bool causal : {false, true}) {
-        const fa::AttentionProblem p = fa::make_problem(1, 2, 300, 8300, d, 0.0, causal, dtype);
-        REQUIRE_FALSE(fa::hopper::persistent(p));
-        fa::test::require_passed(p, fa::test::run_and_check(p, run_stage08, ++seed, 1.0f, true));
-      }
-    }
-  }
+  check_each(
+      80, [](fa::DType dtype, int64_t d, bool causal) { return fa::make_problem(1, 2, 300, 8300, d, 0.0, causal, dtype); },
+      [](const fa::AttentionProblem& p) { REQUIRE_FALSE(fa::hopper::persistent(p)); });
 }
 
 TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[stage08]") {

@@ -102,23 +102,24 @@ struct TileOrder {
   int q_tiles;   ///< Q tiles of one head
   int heads;     ///< B·H
   bool persistent;  ///< one block a multiprocessor, taking every gridDim.x-th tile or pair
-  bool paired;   ///< causal and persistent: pairs as above
   bool causal;   ///< the causal mask (top-left aligned)
+  /// Whether numbers come in pairs as above: causal and persistent.
+  __host__ __device__ bool paired() const { return persistent && causal; }
   /// Pairs of Q tiles a head has.
-  __device__ int pairs() const { return (q_tiles + 1) / 2; }
+  __host__ __device__ int pairs() const { return (q_tiles + 1) / 2; }
   /// Tile numbers there are (pairs count two each).
-  __device__ int count() const { return paired ? 2 * heads * pairs() : heads * q_tiles; }
+  __device__ int count() const { return paired() ? 2 * heads * pairs() : heads * q_tiles; }
   /// The first number block b takes.
-  __device__ int first(int b) const { return paired ? 2 * b : b; }
+  __device__ int first(int b) const { return paired() ? 2 * b : b; }
   /// The number a block takes after t, with `blocks` blocks (count() or more: none).
   __device__ int next(int t, int blocks) const {
     if (!persistent) return count();
-    if (!paired) return t + blocks;
+    if (!paired()) return t + blocks;
     return t % 2 == 0 ? t + 1 : t - 1 + 2 * blocks;
   }
   /// The Q tile and head of number t; false for the second half of a middle tile's pair.
   __device__ bool coords(int t, int& qt, int& bh) const {
-    if (!paired) {
+    if (!paired()) {
       bh = t / q_tiles;
       qt = causal ? q_tiles - 1 - t % q_tiles : t % q_tiles;
       return true;
@@ -453,11 +454,10 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   order.heads = static_cast<int>(bh);
   order.causal = p.causal;
   order.persistent = persistent(p);
-  order.paired = order.persistent && p.causal;
   int device = 0, sms = 0;
   FA_CUDA_CHECK(cudaGetDevice(&device));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const unsigned units = order.paired ? static_cast<unsigned>(bh * ((order.q_tiles + 1) / 2)) : tiles;
+  const unsigned units = order.paired() ? static_cast<unsigned>(bh * order.pairs()) : tiles;
   const unsigned blocks = order.persistent ? std::min(units, static_cast<unsigned>(sms)) : tiles;
   hopper_kernel<T, D><<<blocks, Shape<D>::THREADS, smem>>>(tq, tk, tv, static_cast<T*>(O), lse,
                                                            static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
