@@ -238,15 +238,15 @@ Row measure_point(const StageDemo& stage, const AttentionProblem& p, const fa::A
   r.name = stage.id;
   r.title = stage.title;
   r.p = p;
-  r.workspace_bytes = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
-  const std::size_t need = fa::stage_run_bytes(stage, p);
-  r.device_bytes = qkv_bytes(p) + need;
-  r.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
-  if (!stage.runs_dim(p.dim)) {
+  if (!stage.runs_dim(p.dim)) {  // before the stage's models, which refuse that dim
     r.status = "skipped";
     r.note = "does not run d = " + std::to_string(p.dim);
     return r;
   }
+  r.workspace_bytes = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
+  const std::size_t need = fa::stage_run_bytes(stage, p);
+  r.device_bytes = qkv_bytes(p) + need;
+  r.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
   const fa::DeviceInfo now = fa::require_device();  // free memory with Q, K, V allocated
   if (!fa::fits(now, need)) {
     r.status = "skipped";

@@ -7,15 +7,19 @@
 #   stage01_naive           the demo executable
 #   test_stage01_naive_cuda the stage's Catch2 tests, registered with CTest
 #                           (skipped, not passed, when no GPU is present)
-# HOPPER_ONLY: the kernels use sm_90a instructions (wgmma, setmaxnreg): built for sm_90a
-# alone, with nvcc 12 or newer, and with no CPU twin.
+# HOPPER_ONLY: the kernels use sm_90a instructions (wgmma, setmaxnreg): the GPU build is
+# for sm_90a alone, with nvcc 12 or newer, and its tests skip on other GPUs. The CPU twin
+# runs them through the backend's Hopper emulation (fa_cpu/hopper.h), without the race
+# detector, which does not model mbarriers and named barriers.
 define_property(GLOBAL PROPERTY FA_STAGES BRIEF_DOCS "stage ids in order" FULL_DOCS "for the tour")
 
-# fa_cpu_kernel_library(<target> <file.cu>...): a library of kernel files built for the
-# CPU backend. Each .cu is rewritten by fa_cu2cpp into a .cpp that keeps its line numbers.
+# fa_cpu_kernel_library(<target> [NO_RACECHECK] <file.cu>...): a library of kernel files
+# built for the CPU backend. Each .cu is rewritten by fa_cu2cpp into a .cpp that keeps its
+# line numbers. NO_RACECHECK: without the race detector's instrumentation.
 function(fa_cpu_kernel_library target)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_RACECHECK" "" "")
   set(generated "")
-  foreach(cu IN LISTS ARGN)
+  foreach(cu IN LISTS ARG_UNPARSED_ARGUMENTS)
     get_filename_component(abs ${cu} ABSOLUTE)
     get_filename_component(name ${cu} NAME)
     set(out ${CMAKE_CURRENT_BINARY_DIR}/cpu/${name}.cpp)
@@ -34,7 +38,7 @@ function(fa_cpu_kernel_library target)
   # a line table (-g1) lets its reports name source lines. DWARF 4, because Debian 12's
   # addr2line names the generated .cpp instead of the #line file with DWARF 5.
   set(options "-include;fa_cpu/kernel.h")
-  if(FA_CPU_RACECHECK)
+  if(FA_CPU_RACECHECK AND NOT ARG_NO_RACECHECK)
     list(APPEND options "-fsanitize=thread;-g1;-gdwarf-4")
   endif()
   set_source_files_properties(${generated} PROPERTIES COMPILE_OPTIONS "${options}")
@@ -50,8 +54,12 @@ function(fa_add_stage id)
     message(STATUS "Stage ${id} needs nvcc 12 or newer (sm_90a): not built")
     return()
   endif()
-  if(FA_HAVE_CPU_BACKEND AND NOT ARG_HOPPER_ONLY)
-    fa_cpu_kernel_library(fa_stage${id}_cpu ${ARG_KERNELS})
+  if(FA_HAVE_CPU_BACKEND)
+    set(race "")
+    if(ARG_HOPPER_ONLY)
+      set(race NO_RACECHECK)
+    endif()
+    fa_cpu_kernel_library(fa_stage${id}_cpu ${race} ${ARG_KERNELS})
     target_sources(fa_stage${id}_cpu PRIVATE ${ARG_SOURCES})
     foreach(dep IN LISTS ARG_DEPENDS)
       target_link_libraries(fa_stage${id}_cpu PUBLIC fa_stage${dep}_cpu)

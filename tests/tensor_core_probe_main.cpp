@@ -11,7 +11,6 @@
 // tensor core's internal sums are not specified, so the emulation sums exactly).
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -22,6 +21,7 @@
 #include "common/dtype.h"
 #include "common/errors.h"
 #include "common/random.h"
+#include "tests/probe_io.h"
 #include "tests/tensor_core_probe.h"
 
 namespace fa::probe {
@@ -72,56 +72,18 @@ ProbeInputs make_inputs(uint64_t seed) {
   return in;
 }
 
-namespace {
-
-template <typename T>
-void put(std::ofstream& f, const std::vector<T>& v) {
-  const uint64_t n = v.size();
-  f.write(reinterpret_cast<const char*>(&n), sizeof n);
-  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
-}
-template <typename T>
-std::vector<T> get(std::ifstream& f) {
-  uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), sizeof n);
-  if (!f || n > (1u << 20)) throw InputError("probe file is malformed");
-  std::vector<T> v(n);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
-  if (!f) throw InputError("probe file is truncated");
-  return v;
-}
-
-// Counts the registers that differ, printing the first few with their lane.
-int compare_bits(const char* what, const std::vector<uint32_t>& cpu, const std::vector<uint32_t>& gpu, int per_lane) {
-  int bad = 0;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    if (i < cpu.size() && cpu[i] == gpu[i]) continue;
-    if (++bad <= 5) {
-      std::printf("  %s: lane %zu register %zu: CPU backend 0x%08x, GPU 0x%08x\n", what, i / static_cast<size_t>(per_lane),
-                  i % static_cast<size_t>(per_lane), i < cpu.size() ? cpu[i] : 0u, gpu[i]);
-    }
-  }
-  std::printf("%s: %zu registers, %d differ\n", what, gpu.size(), bad);
-  return bad + (cpu.size() != gpu.size());
-}
-
-}  // namespace
-
 }  // namespace fa::probe
 
 int main(int argc, char** argv) {
   using namespace fa::probe;
   return fa::run_guarded(argv[0], [&] {
-    if (argc != 3 || (std::strcmp(argv[1], "--write") != 0 && std::strcmp(argv[1], "--check") != 0)) {
-      std::cerr << "usage: " << argv[0] << " --write FILE | --check FILE\n";
-      return 2;
-    }
-    const std::string mode = argv[1], path = argv[2];
-    if (mode == "--write") std::remove(path.c_str());  // never leave an old file to compare with
+    bool write = false;
+    std::string path;
+    if (!parse_probe_args(argc, argv, &write, &path)) return 2;
     const fa::DeviceInfo device = fa::require_device();
     const ProbeInputs in = make_inputs(2026);
     const ProbeOutputs out = run_probes(in);
-    if (mode == "--write") {
+    if (write) {
       std::ofstream f(path, std::ios::binary);
       put(f, out.ldmatrix), put(f, out.ldmatrix_trans), put(f, out.mma_d[0]), put(f, out.mma_d[1]);
       put(f, out.half2), put(f, out.bf162), put(f, out.cp_async);

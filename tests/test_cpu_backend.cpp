@@ -1,5 +1,6 @@
 // The CPU backend itself: barrier semantics, every shuffle kind, votes, dynamic shared
-// memory, launch checks, and the failures it must report instead of hanging.
+// memory, launch checks, the Hopper emulation, and the failures it must report instead of
+// hanging.
 #include <cmath>
 #include <numeric>
 #include <regex>
@@ -7,9 +8,13 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "common/dtype.h"
+#include "common/random.h"
+#include "fa_cpu/hopper.h"
 #include "fa_cpu/scheduler.h"
 #include "tests/catch.h"
 #include "tests/cpu_backend_kernels.h"
+#include "tests/hopper_emulation_kernels.h"
 #include "tests/race_probe.h"
 
 using fa::test::HasSubstring;
@@ -152,6 +157,76 @@ TEST_CASE("an exception thrown in a kernel thread reaches the host", "[cpu_backe
                                                  HasSubstring("throwing_kernel"));
   // The backend is usable again afterwards.
   REQUIRE(k::barrier_with_early_exit(64, 64)[0] == 1);
+}
+
+TEST_CASE("the Hopper swizzle and descriptor layouts are the PTX ISA's", "[cpu_backend][hopper]") {
+  // 128-byte mode: chunk c of row r of an atom lands at chunk c ^ (r % 8); 64 and 32: fewer bits.
+  for (uint32_t r = 0; r < 16; ++r) {
+    for (uint32_t c = 0; c < 8; ++c) REQUIRE(fa_cpu::swizzle(r * 128 + c * 16 + 6, 1) == r * 128 + (c ^ (r % 8)) * 16 + 6);
+  }
+  REQUIRE(fa_cpu::swizzle(3 * 128 + 16, 2) == 3 * 128 + (1 ^ 3) * 16);  // bits 4-5 ^= bits 7-8
+  REQUIRE(fa_cpu::swizzle(5 * 128, 3) == 5 * 128 + 16);           // bit 4 ^= bit 7
+  REQUIRE(fa_cpu::swizzle(5 * 128 + 48, 0) == 5 * 128 + 48);
+  // A K-major descriptor, 128-byte mode, start 0x400 + 32, SBO 1024: element (m, k) is
+  // byte 2k + 32 of row m % 8 of atom m / 8, swizzled.
+  const uint64_t desc = ((0x400 + 32) >> 4) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+  REQUIRE(fa_cpu::operand_address(desc, false, 0, 0) == 0x420);
+  REQUIRE(fa_cpu::operand_address(desc, false, 9, 3) == fa_cpu::swizzle(0x400 + 1024 + 128 + 32 + 6, 1));
+  // MN-major, 128-byte mode, LBO 4096, SBO 1024: (n, k) is byte 2(n % 64) of row k % 8 of
+  // atom k / 8, blocks of 64 columns 4096 apart.
+  const uint64_t mn = (0x400 >> 4) | (uint64_t{4096 >> 4} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+  REQUIRE(fa_cpu::operand_address(mn, true, 70, 9) == fa_cpu::swizzle(0x400 + 4096 + 1024 + 128 + 12, 1));
+}
+
+TEST_CASE("TMA and wgmma: S = Q·Kᵀ from shared memory, then P·V with P in registers", "[cpu_backend][hopper]") {
+  // Values that are multiples of 1/2 in [-2, 2]: every sum below is exact in fp32.
+  const auto halves = [](uint64_t seed) {
+    std::vector<float> x = fa::random_uniform(64 * 64, seed, 2.0f);
+    for (float& v : x) v = std::round(v * 2.0f) / 2.0f;
+    return x;
+  };
+  const std::vector<float> q = halves(1), kt = halves(2), v = halves(3);
+  for (bool bf16 : {false, true}) {
+    const k::RoundTrip r = k::tma_wgmma_round_trip(bf16, q, kt, v);
+    // Thread (warp w, lane 4g + t) holds, for each 8 columns j, rows 16w + g and + 8,
+    // columns 8j + 2t and + 1: the mma.sync accumulator layout, four warps deep.
+    std::vector<double> s(64 * 64), p(64 * 64);
+    for (int th = 0; th < 128; ++th) {
+      const int w = th / 32, g = th % 32 / 4, t = th % 4;
+      for (int i = 0; i < 32; ++i) {
+        const int row = 16 * w + g + 8 * (i % 4 / 2), col = 8 * (i / 4) + 2 * t + i % 2;
+        double ref = 0;
+        for (int kk = 0; kk < 64; ++kk) ref += static_cast<double>(q[row * 64 + kk]) * kt[col * 64 + kk];
+        REQUIRE(r.s[th * 32 + i] == ref);
+        p[row * 64 + col] = fa::from_bits16(bf16 ? fa::DType::BF16 : fa::DType::F16,
+                                            fa::to_bits16(bf16 ? fa::DType::BF16 : fa::DType::F16, static_cast<float>(ref)));
+      }
+      REQUIRE(r.s_before_wait[th] == 12345.0f);  // read before wgmma.wait_group: the old value
+    }
+    for (int th = 0; th < 128; ++th) {
+      const int w = th / 32, g = th % 32 / 4, t = th % 4;
+      for (int i = 0; i < 32; ++i) {
+        const int row = 16 * w + g + 8 * (i % 4 / 2), col = 8 * (i / 4) + 2 * t + i % 2;
+        double ref = 0;
+        for (int kk = 0; kk < 64; ++kk) ref += p[row * 64 + kk] * v[kk * 64 + col];
+        REQUIRE(r.o[th * 32 + i] == ref);
+      }
+    }
+  }
+}
+
+TEST_CASE("misused Hopper instructions are reported, not run", "[cpu_backend][hopper]") {
+  REQUIRE_THROWS_WITH(k::wgmma_without_fence(), HasSubstring("no wgmma.fence before"));
+  REQUIRE_THROWS_WITH(k::mbarrier_never_completes(),
+                      HasSubstring("deadlock") && HasSubstring("mbarrier.try_wait.parity 0") &&
+                          HasSubstring("misses 1 arrivals"));
+  REQUIRE_THROWS_WITH(k::named_barrier_disagreement(),  // 64 first, or 96 first with threads in reverse
+                      HasSubstring("barrier 1 is counting to") && HasSubstring("this thread says"));
+  REQUIRE_THROWS_WITH(k::warpgroup_split(), HasSubstring("must be executed by the whole warpgroup together"));
+  REQUIRE_THROWS_WITH(k::copy_over_product_in_flight(),
+                      HasSubstring("overwrites shared memory") && HasSubstring("has not been retired"));
+  REQUIRE_THROWS_WITH(k::product_before_copy_lands(), HasSubstring("no thread has waited on its mbarrier"));
+  REQUIRE(k::barrier_with_early_exit(64, 64)[0] == 1);  // and the backend goes on working
 }
 
 // The race detector: CUDA's ordering rules, not the fiber schedule's. (Absent from the

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "cuda.h"
 #include "cuda_runtime.h"
 #include "fa_cpu/scheduler.h"
 #include "runtime_state.h"
@@ -182,6 +183,22 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int version,
+                                             unsigned long long, cudaDriverEntryPointQueryResult* status) {
+  if (!symbol || !function) {
+    fa_cpu::set_last_error(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+  }
+  *function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0) {
+    found = version >= 12000 ? cudaDriverEntryPointSuccess : cudaDriverEntryPointVersionNotSufficent;
+    if (found == cudaDriverEntryPointSuccess) *function = reinterpret_cast<void*>(&cuTensorMapEncodeTiled);
+  }
+  if (status) *status = found;
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t err = fa_cpu::g_last_error;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fa_cpu/async_copy.h"
+#include "fa_cpu/hopper.h"
 #include "racecheck.h"
 #include "runtime_state.h"
 
@@ -104,7 +105,7 @@ StackPool& stack_pool() {
 
 
 // ---- per-thread and per-block state ---------------------------------------------------
-enum class State { Ready, Barrier, Warp, Done };
+enum class State { Ready, Barrier, Warp, Blocked, Done };
 
 const char* op_name(WarpOp op) {
   switch (op) {
@@ -136,6 +137,8 @@ struct Thread {
   MatrixOp matrix_op = nullptr;   // WarpOp::Matrix: the instruction,
   const char* matrix_name = "";   // its name,
   void* matrix_data = nullptr;    // and this lane's operands and results
+  std::function<bool()> ready;  // State::Blocked: what lets it go on,
+  std::function<std::string()> blocked_on;  // and what that is, in words
   std::exception_ptr error;
   const void* stack_bottom = nullptr;  // for AddressSanitizer's fiber annotations
   std::size_t stack_size = 0;
@@ -320,6 +323,7 @@ std::string describe_wait(const Block& b, const Thread& t) {
     case State::Done: return "exited";
     case State::Ready: return "ready";
     case State::Barrier: return "waiting in __syncthreads() at " + std::string(t.file) + ":" + std::to_string(t.line);
+    case State::Blocked: return "waiting for " + t.blocked_on() + " at " + t.file + ":" + std::to_string(t.line);
     case State::Warp: {
       const int base = t.linear / 32 * 32;
       unsigned missing = 0;
@@ -427,6 +431,7 @@ bool try_complete_warp(Block& b, Thread& t) {
 void run_block(Block& b, const std::vector<int>& order) {
   race::block_begins();
   async_copy_block_begins(static_cast<int>(b.threads.size()));
+  hopper_block_begins(static_cast<int>(b.threads.size()));
   b.live = static_cast<int>(b.threads.size());
   b.at_barrier = 0;
   b.aborting = false;
@@ -457,6 +462,7 @@ void run_block(Block& b, const std::vector<int>& order) {
     bool progressed = false;
     for (int i : order) {
       Thread& t = b.threads[static_cast<std::size_t>(i)];
+      if (t.state == State::Blocked && t.ready()) t.state = State::Ready;
       if (t.state != State::Ready) continue;
       switch_to(b, t);
       progressed = true;
@@ -504,6 +510,26 @@ void syncthreads(const char* file, int line) {
   t.line = line;
   ++b.at_barrier;
   yield(b, t);
+}
+
+void block_until(const std::function<bool()>& ready, const std::function<std::string()>& what, const char* file,
+                 int line) {
+  if (ready()) return;
+  Block& b = running_block("a wait");
+  Thread& t = *b.current;
+  t.state = State::Blocked;
+  t.ready = ready;
+  t.blocked_on = what;
+  t.file = file;
+  t.line = line;
+  yield(b, t);
+  t.ready = nullptr;
+  t.blocked_on = nullptr;
+}
+
+void reschedule() {
+  Block& b = running_block("reschedule()");
+  yield(b, *b.current);  // still State::Ready: the scheduler comes back in its next round
 }
 
 namespace {
@@ -573,6 +599,12 @@ void* dynamic_shared_memory(std::size_t alignment) {
   return g_dynamic_smem;
 }
 
+void* dynamic_shared_base() { return g_block ? g_dynamic_smem : nullptr; }
+
+std::size_t dynamic_shared_bytes() { return g_block && g_dynamic_smem ? g_block->config->smem : 0; }
+
+int block_threads() { return g_block ? static_cast<int>(g_block->threads.size()) : 0; }
+
 void fence() { race::fence(); }
 
 bool racecheck_built() { return race::built(); }
@@ -615,7 +647,7 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
   std::unique_ptr<void, void (*)(void*)> smem(nullptr, std::free);
   if (c.smem > 0) {
     void* p = nullptr;
-    if (posix_memalign(&p, 128, c.smem) != 0) {
+    if (posix_memalign(&p, 1024, c.smem) != 0) {  // 1024: a 128-byte swizzle atom (fa_cpu/hopper.h)
       set_last_error(cudaErrorMemoryAllocation);
       return;
     }

@@ -5,6 +5,7 @@
  *
  * \code
  * stage08_hopper                          # B=4 H=32 N=4096 d=64, fp16 (needs a Hopper GPU)
+ * stage08_hopper_cpu                      # the CPU twin, through the backend's emulation
  * stage08_hopper --dim 128 --causal --compare
  * \endcode
  */

@@ -3,7 +3,9 @@
  * \brief Stage 08's Hopper instructions, each a few lines of inline PTX: the asynchronous
  *        barrier (`mbarrier`), the tensor memory accelerator (`cp.async.bulk.tensor`),
  *        warpgroup matrix products (`wgmma.mma_async`) and register reallocation
- *        (`setmaxnreg`). sm_90a only; there is no CPU-backend version (see the README).
+ *        (`setmaxnreg`). sm_90a on the GPU; on the CPU backend each wrapper calls the
+ *        backend's emulation (common/cpu_backend/include/fa_cpu/hopper.h), which follows
+ *        the PTX ISA and is checked against the H100 by tests/hopper_probe.cu.
  *
  * **mbarrier.** A 64-bit word in shared memory that counts arrivals and, separately,
  * bytes still to land ("transactions"). A phase completes when both reach zero; the
@@ -32,12 +34,17 @@
  */
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <cstdint>
 #include <type_traits>
+
+#include "common/cuda_check.h"
+#include "common/errors.h"
 
 namespace fa::hopper {
 
@@ -45,32 +52,53 @@ namespace fa::hopper {
 
 /// The shared-memory address of `p`, as the PTX instructions take it.
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
+#ifdef FA_CPU_KERNEL
+  return ::fa_cpu::shared_address(p);
+#else
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+#endif
 }
 
 /// Sets up a barrier that completes a phase after `arrivals` arrivals (and its bytes).
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::mbarrier_init(bar, arrivals);
+#else
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+#endif
 }
 
 /// Makes the barriers' initialisation visible to the copy engine (then __syncthreads()).
 __device__ __forceinline__ void mbarrier_init_fence() {
+#ifndef FA_CPU_KERNEL  // the emulated copy engine sees the barriers at once
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
 }
 
 /// One arrival that also announces `bytes` more to land before the phase can complete.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::mbarrier_arrive(bar, bytes);
+#else
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
+#endif
 }
 
 /// One arrival.
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::mbarrier_arrive(bar, 0);
+#else
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+#endif
 }
 
 /// Waits until the phase with parity `parity` (0 or 1) of `bar` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::mbarrier_wait(bar, parity, __FILE__, __LINE__);
+#else
   uint32_t done = 0;
   while (!done) {
     asm volatile(
@@ -79,17 +107,37 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   }
+#endif
 }
 
 // ---- TMA -------------------------------------------------------------------------------
 
+/// cuTensorMapEncodeTiled from the driver, found through the runtime (so nothing links
+/// libcuda, and a machine without a driver can still run the other stages' tests). On the
+/// CPU backend, the backend's own, which records what its TMA emulation needs.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !f) throw CudaError("cuTensorMapEncodeTiled not found in the driver");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
 /// Copies the box at coordinates (c0, c1, c2) of the 3-D tensor `map` (a __grid_constant__
 /// kernel parameter) to `dst`, its bytes counted on `bar`.
 __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2) {
+#ifdef FA_CPU_KERNEL
+  const int coords[3] = {c0, c1, c2};
+  ::fa_cpu::tma_load(dst, map, bar, coords, 3);
+#else
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
       ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
+#endif
 }
 
 // ---- named barriers --------------------------------------------------------------------
@@ -97,12 +145,20 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
 /// Waits at hardware barrier `id` (1-15; 0 is __syncthreads) until `threads` threads have
 /// reached it, counting those that only arrive.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::named_barrier(id, threads, true, __FILE__, __LINE__);
+#else
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#endif
 }
 
 /// Counts this warp at barrier `id` without waiting for the others.
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::named_barrier(id, threads, false, __FILE__, __LINE__);
+#else
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#endif
 }
 
 // ---- register reallocation -------------------------------------------------------------
@@ -110,13 +166,21 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 /// The warpgroup gives registers back, down to N a thread (the producer needs few).
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::setmaxnreg(N, __FILE__, __LINE__);
+#else
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
 }
 
 /// The warpgroup takes registers, up to N a thread (the consumers hold S and O).
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::setmaxnreg(N, __FILE__, __LINE__);
+#else
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
 }
 
 // ---- wgmma -----------------------------------------------------------------------------
@@ -140,6 +204,18 @@ __device__ __forceinline__ uint64_t smem_desc(const void* tile, uint32_t leading
          (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
 }
 
+#ifdef FA_CPU_KERNEL
+__device__ __forceinline__ void wgmma_fence() { ::fa_cpu::wgmma_fence(__FILE__, __LINE__); }
+__device__ __forceinline__ void wgmma_commit() { ::fa_cpu::wgmma_commit(__FILE__, __LINE__); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  ::fa_cpu::wgmma_wait(N, __FILE__, __LINE__);
+}
+// The emulated products reach the accumulators through their addresses, which the compiler
+// has seen escape: nothing to pin.
+template <int M>
+__device__ __forceinline__ void fence_registers(float (&)[M]) {}
+#else
 /// Orders this thread's earlier register writes before the warpgroup's next wgmma.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 /// Closes the group of wgmma instructions issued since the last commit.
@@ -156,6 +232,7 @@ __device__ __forceinline__ void fence_registers(float (&d)[M]) {
 #pragma unroll
   for (int i = 0; i < M; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+#endif
 
 /// \cond wgmma_operand_lists (spelled-out register lists for the asm statements below)
 #define FA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
@@ -170,6 +247,10 @@ __device__ __forceinline__ void fence_registers(float (&d)[M]) {
 /// memory; T is __half or __nv_bfloat16; N is 64 or 128.
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+#ifdef FA_CPU_KERNEL
+  const auto type = std::is_same<T, __half>::value ? ::fa_cpu::MmaType::F16 : ::fa_cpu::MmaType::BF16;
+  ::fa_cpu::wgmma(type, N, d, nullptr, a_desc, b_desc, false, accumulate, __FILE__, __LINE__);
+#else
   if constexpr (N == 64 && std::is_same<T, __half>::value) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -195,6 +276,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uin
         : FA_WGMMA_OUT64(d)
         : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
   }
+#endif
 }
 
 /// D (64×N) = A·B (+ D if `accumulate`), A (64×16) from registers (mma.sync's A fragment, four registers of two
@@ -202,6 +284,10 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uin
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_desc,
                                          bool accumulate) {
+#ifdef FA_CPU_KERNEL
+  const auto type = std::is_same<T, __half>::value ? ::fa_cpu::MmaType::F16 : ::fa_cpu::MmaType::BF16;
+  ::fa_cpu::wgmma(type, N, d, a, 0, b_desc, true, accumulate, __FILE__, __LINE__);
+#else
   if constexpr (N == 64 && std::is_same<T, __half>::value) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -227,6 +313,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
         : FA_WGMMA_OUT64(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
   }
+#endif
 }
 
 #undef FA_D8

@@ -37,13 +37,12 @@
  * the producer copying the next tile's Q and K/V while the consumers finish the last one;
  * beyond, a block for each tile.
  *
- * Run: `stage08_hopper --dim 128` (needs a Hopper GPU)
+ * Run: `stage08_hopper --dim 128` (needs a Hopper GPU), or `stage08_hopper_cpu --dim 128` (the CPU
+ * backend's emulation of these instructions, on any machine)
  */
 #include "stages/08_hopper/hopper_attention.h"
 
-#include <cuda.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <string>
@@ -404,19 +403,6 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
 
 namespace {
 
-/// cuTensorMapEncodeTiled from the driver, found through the runtime (so nothing links
-/// libcuda, and a machine without a driver can still run the other stages' tests).
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !f) throw CudaError("cuTensorMapEncodeTiled not found in the driver");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 /// The tensor map of a [B·H, N, D] tensor of 16-bit values, read in boxes of `rows` × 64
 /// with 128-byte swizzling; rows past N read as zeros.
 template <typename T>
@@ -428,7 +414,7 @@ CUtensorMap tensor_map(const void* base, int64_t heads, int64_t n, int d, int ro
   const cuuint32_t step[3] = {1, 1, 1};
   const CUtensorMapDataType type =
       std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult rc = encode_function()(&map, type, 3, const_cast<void*>(base), dims, strides, box, step,
+  const CUresult rc = tensor_map_encoder()(&map, type, 3, const_cast<void*>(base), dims, strides, box, step,
                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");

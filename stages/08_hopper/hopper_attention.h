@@ -1,7 +1,8 @@
 /**
  * \file hopper_attention.h
  * \brief Stage 08's host interface: FlashAttention-2 on Hopper's own machinery (wgmma,
- *        TMA, mbarrier, warp specialisation). Built for sm_90a only.
+ *        TMA, mbarrier, warp specialisation). Built for sm_90a on the GPU; the CPU backend
+ *        runs it through its emulation of those instructions.
  */
 #pragma once
 
@@ -56,7 +57,8 @@ int consumers(int64_t d);
 bool persistent(const AttentionProblem& p);
 
 /// Whether this build has stage 08's kernels (nvcc with sm_90a) and this process's GPU
-/// can run them (compute capability 9.0). \returns an empty string if so, else why not.
+/// can run them (compute capability 9.0; the CPU backend reports 9.0 and emulates them).
+/// \returns an empty string if so, else why not.
 std::string unavailable_reason();
 
 /// Shared memory one block uses for head dimension d.

@@ -108,6 +108,18 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);  
 cudaError_t cudaEventSynchronize(cudaEvent_t event);  ///< no-op
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop);  ///< difference
 
+/// What cudaGetDriverEntryPointByVersion found.
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0,             ///< found
+  cudaDriverEntryPointSymbolNotFound = 1,      ///< no such function here
+  cudaDriverEntryPointVersionNotSufficent = 2, ///< (CUDA's spelling) too new
+};
+/// Flags of cudaGetDriverEntryPointByVersion (accepted, ignored).
+enum { cudaEnableDefault = 0 };
+/// A driver function by name: here only "cuTensorMapEncodeTiled" (cuda.h), version 12000.
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int version,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult* status);
+
 namespace fa_cpu {
 /// Records a kernel's opt-in dynamic shared-memory limit (cudaFuncSetAttribute).
 cudaError_t set_kernel_attribute(const void* kernel, cudaFuncAttribute attr, int value);

@@ -27,6 +27,7 @@
 
 #include "cuda_runtime.h"
 #include "fa_cpu/async_copy.h"
+#include "fa_cpu/hopper.h"
 #include "fa_cpu/scheduler.h"
 #include "fa_cpu/warp_matrix.h"
 
@@ -43,6 +44,7 @@
 #define __align__(n) alignas(n)
 #define __restrict__ __restrict
 #define __constant__
+#define __grid_constant__
 #define __shared__ static
 
 #define threadIdx (static_cast<const uint3&>(fa_cpu_threadIdx))

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
+#include <string>
 
 #include "fa_cpu/types.h"
 
@@ -95,14 +96,37 @@ using MatrixOp = void (*)(void* const lanes[32]);
  */
 void warp_matrix(MatrixOp op, const char* name, unsigned mask, void* lane_data, const char* file, int line);
 
+/**
+ * Suspends the running thread until `ready()` returns true. The scheduler asks again each
+ * time it passes the thread, between other threads' turns (so `ready` must not throw and
+ * may only look at state those threads change). `what()` says what the thread waits for, in
+ * a deadlock report (called only then, so it tells the state at the deadlock). Used by the Hopper emulation (mbarrier waits, named barriers,
+ * warpgroup instructions; fa_cpu/hopper.h).
+ */
+void block_until(const std::function<bool()>& ready, const std::function<std::string()>& what, const char* file,
+                 int line);
+
+/// Lets the other threads of the block run before the running thread goes on (it stays
+/// ready). The Hopper emulation calls it when an arrival completes an mbarrier phase, so
+/// the threads waiting for that phase run first, as they may on a GPU.
+void reschedule();
+
 /// Mask of the lanes of the calling warp that have not exited.
 unsigned active_mask();
 
 /// The linear index (x + y·blockDim.x + z·blockDim.x·blockDim.y) of the running CUDA thread.
 int current_thread();
 
-/// The current launch's dynamic shared memory (extern __shared__).
+/// The current launch's dynamic shared memory (extern __shared__), 1024-byte aligned.
 void* dynamic_shared_memory(std::size_t alignment);
+
+/// The running launch's dynamic shared memory (null outside a launch).
+void* dynamic_shared_base();
+/// Its size in bytes (0 outside a launch).
+std::size_t dynamic_shared_bytes();
+
+/// Threads per block of the running launch.
+int block_threads();
 
 /// Registers a static __shared__ variable for poison_shared and the race detector.
 struct SharedRegion {

@@ -1,0 +1,165 @@
+// Kernels for the CPU backend's own tests of its Hopper emulation (fa_cpu/hopper.h),
+// through stage 08's wrappers (stages/08_hopper/hopper.cuh). Built for the CPU backend only.
+#include "tests/hopper_emulation_kernels.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "common/device_buffer.h"
+#include "common/dtype.h"
+#include "stages/06_tensor_cores/mma.cuh"
+#include "stages/08_hopper/hopper.cuh"
+
+namespace fa::cpu_test {
+
+namespace {
+
+using namespace fa::hopper;
+
+constexpr int kTile = 64 * 64 * 2;  // bytes of one 64 × 64 tile of 16-bit values
+
+// A [64][64] tensor of 16-bit values, read in one 64 × 64 box with 128-byte swizzling.
+CUtensorMap tile_map(const void* base) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {64, 64, 1}, strides[2] = {128, kTile};
+  const cuuint32_t box[3] = {64, 64, 1}, step[3] = {1, 1, 1};
+  const CUresult rc = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<void*>(base), dims,
+                                           strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed");
+  return map;
+}
+
+std::vector<uint16_t> to_bits(const std::vector<float>& x, DType t) {
+  std::vector<uint16_t> b;
+  for (float v : x) b.push_back(to_bits16(t, v));
+  return b;
+}
+
+template <typename T>
+__global__ void round_trip_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                                  const __grid_constant__ CUtensorMap tv, float* s_out, float* o_out, float* before) {
+  extern __shared__ uint8_t smem[];  // Q, K, V tiles, then the barrier (the backend aligns it to 1024)
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + 3 * kTile);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    mbarrier_arrive_expect_tx(bar, 3 * kTile);
+    tma_load_3d(smem, &tq, bar, 0, 0, 0);
+    tma_load_3d(smem + kTile, &tk, bar, 0, 0, 0);
+    tma_load_3d(smem + 2 * kTile, &tv, bar, 0, 0, 0);
+  }
+  __syncthreads();
+  mbarrier_wait(bar, 0);
+
+  float s[32];
+  for (float& x : s) x = 12345.0f;
+  wgmma_fence();
+  for (int kk = 0; kk < 4; ++kk) {  // 16 columns of the sum are 32 bytes along a swizzled row
+    wgmma_ss<T, 64>(s, smem_desc(smem + 32 * kk, 16, 1024), smem_desc(smem + kTile + 32 * kk, 16, 1024), kk > 0);
+  }
+  wgmma_commit();
+  before[threadIdx.x] = s[0];  // too early: the products have not run
+  wgmma_wait<0>();
+  uint32_t p[4][4];  // S's 8-column pieces, two by two, are the A fragments of P·V
+  for (int kk = 0; kk < 4; ++kk) {
+    for (int r = 0; r < 4; ++r) p[kk][r] = tc::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+  float o[32] = {};
+  wgmma_fence();
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs<T, 64>(o, p[kk], smem_desc(smem + 2 * kTile + kk * 2048, kTile, 1024), true);
+  wgmma_commit();
+  wgmma_wait<0>();
+  for (int i = 0; i < 32; ++i) {
+    s_out[threadIdx.x * 32 + i] = s[i];
+    o_out[threadIdx.x * 32 + i] = o[i];
+  }
+}
+
+// 128 threads; shared memory holds A's tile (which the copies write), B's, and a barrier.
+__global__ void misuse_kernel(int which, const __grid_constant__ CUtensorMap map) {
+  extern __shared__ uint8_t smem[];
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + 2 * kTile);
+  if (threadIdx.x == 0) mbarrier_init(bar, 2);
+  __syncthreads();
+  float d[32] = {};
+  const uint64_t a = smem_desc(smem, 16, 1024), b = smem_desc(smem + kTile, 16, 1024);
+  switch (which) {
+    case 0:  // no wgmma.fence
+      wgmma_ss<__half, 64>(d, a, b, false);
+      break;
+    case 1:  // one arrival of the two the phase needs
+      if (threadIdx.x == 0) mbarrier_arrive(bar);
+      mbarrier_wait(bar, 0);
+      break;
+    case 2:  // two counts for one barrier
+      if (threadIdx.x < 64) named_barrier_sync(1, threadIdx.x < 32 ? 64 : 96);
+      break;
+    case 3:  // half the warpgroup fences, half commits
+      if (threadIdx.x < 64) {
+        wgmma_fence();
+      } else {
+        wgmma_commit();
+      }
+      break;
+    case 4:  // a copy into the tile a product in flight reads
+      wgmma_fence();
+      wgmma_ss<__half, 64>(d, a, b, false);
+      wgmma_commit();
+      if (threadIdx.x == 0) {
+        mbarrier_arrive_expect_tx(bar, kTile);
+        tma_load_3d(smem, &map, bar, 0, 0, 0);
+      }
+      wgmma_wait<0>();
+      break;
+    default:  // a product over a tile whose copy nobody waited for
+      if (threadIdx.x == 0) {
+        mbarrier_arrive_expect_tx(bar, kTile);
+        tma_load_3d(smem, &map, bar, 0, 0, 0);
+      }
+      __syncthreads();
+      wgmma_fence();
+      wgmma_ss<__half, 64>(d, a, b, false);
+      wgmma_commit();
+      wgmma_wait<0>();
+  }
+}
+
+void misuse(int which) {
+  DeviceBuffer<uint16_t> tile(std::vector<uint16_t>(64 * 64, 0));
+  const CUtensorMap map = tile_map(tile.data());
+  misuse_kernel<<<1, 128, 2 * kTile + 64>>>(which, map);
+}
+
+}  // namespace
+
+RoundTrip tma_wgmma_round_trip(bool bf16, const std::vector<float>& q, const std::vector<float>& k,
+                               const std::vector<float>& v) {
+  const DType t = bf16 ? DType::BF16 : DType::F16;
+  DeviceBuffer<uint16_t> dq(to_bits(q, t)), dk(to_bits(k, t)), dv(to_bits(v, t));
+  DeviceBuffer<float> s(128 * 32), o(128 * 32), before(128);
+  const int smem = 3 * kTile + 64;
+  if (bf16) {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(round_trip_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    round_trip_kernel<__nv_bfloat16><<<1, 128, smem>>>(tile_map(dq.data()), tile_map(dk.data()), tile_map(dv.data()),
+                                                       s.data(), o.data(), before.data());
+  } else {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(round_trip_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    round_trip_kernel<__half><<<1, 128, smem>>>(tile_map(dq.data()), tile_map(dk.data()), tile_map(dv.data()),
+                                                s.data(), o.data(), before.data());
+  }
+  FA_CHECK_LAUNCH("round_trip_kernel");
+  return RoundTrip{s.download(), o.download(), before.download()};
+}
+
+void wgmma_without_fence() { misuse(0); }
+void mbarrier_never_completes() { misuse(1); }
+void named_barrier_disagreement() { misuse(2); }
+void warpgroup_split() { misuse(3); }
+void copy_over_product_in_flight() { misuse(4); }
+void product_before_copy_lands() { misuse(5); }
+
+}  // namespace fa::cpu_test

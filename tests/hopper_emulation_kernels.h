@@ -1,0 +1,27 @@
+// Small kernels that exercise the CPU backend's Hopper emulation (see
+// hopper_emulation_kernels.cu): a TMA → wgmma → wgmma round trip, and misuses it must report.
+#pragma once
+
+#include <vector>
+
+namespace fa::cpu_test {
+
+/// Q, K, V (64 × 64 each, row-major, values exact in 16 bits) copied by TMA with 128-byte
+/// swizzling; S = Q·Kᵀ by four wgmma from shared memory, P = S rounded to 16 bits, O = P·V
+/// by four wgmma with P in registers and V MN-major, as stage 08 does. Each thread's S
+/// and O accumulators, thread after thread (32 values each), and, per thread, S[0] as read
+/// between the products' commit and their wait.
+struct RoundTrip {
+  std::vector<float> s, o, s_before_wait;
+};
+RoundTrip tma_wgmma_round_trip(bool bf16, const std::vector<float>& q, const std::vector<float>& k,
+                               const std::vector<float>& v);
+
+void wgmma_without_fence();          ///< a wgmma with no wgmma.fence before it: must fault
+void mbarrier_never_completes();     ///< one arrival of two, then a wait: a deadlock
+void named_barrier_disagreement();   ///< bar.sync 1 with 64 threads and with 96: must fault
+void warpgroup_split();              ///< half a warpgroup in wgmma.fence, half in commit: must fault
+void copy_over_product_in_flight();  ///< a TMA copy into what a running wgmma reads: must fault
+void product_before_copy_lands();    ///< a wgmma reading a TMA destination nobody waited for: must fault
+
+}  // namespace fa::cpu_test

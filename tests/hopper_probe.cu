@@ -1,0 +1,190 @@
+// Kernels that exercise stage 08's Hopper instructions one at a time, so that the CPU
+// backend's emulation of them (fa_cpu/hopper.h) can be held against the hardware:
+// - TMA: one box copied by cp.async.bulk.tensor, completing on an mbarrier, in each swizzle
+//   mode, with parts of the box outside the tensor (zeros), read back from shared memory;
+// - wgmma: one m64nNk16 product over a shared-memory image of random values, read through
+//   descriptors in each swizzle mode, K-major and MN-major, with A from shared memory or
+//   from registers.
+// The same file is built for the GPU (sm_90a) and for the CPU backend; hopper_probe_main.cpp
+// runs both on the same inputs and requires the CPU backend to match the hardware.
+#include "tests/hopper_probe.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/cuda_check.h"
+#include "common/device_buffer.h"
+#include "common/errors.h"
+#include "stages/08_hopper/hopper.cuh"
+
+namespace fa::probe {
+
+std::vector<TmaCase> tma_cases() {
+  return {
+      {0, 64, 64, 0, 30, 1},    // no swizzle; rows 40-45 lie past the tensor
+      {1, 16, 64, 24, -5, 0},   // 32-byte swizzle; rows -5 to -1 before it
+      {2, 32, 64, 40, 3, 2},    // 64-byte swizzle; columns 64-71 past it
+      {3, 64, 56, 0, 12, 1},    // 128-byte swizzle; a tensor 56 wide: columns 56-63 past it
+      {3, 64, 64, -8, 36, 2},   // 128-byte swizzle; columns before, rows after
+  };
+}
+
+std::vector<WgmmaCase> wgmma_cases() {
+  std::vector<WgmmaCase> cases;
+  for (int type = 0; type < 2; ++type) {
+    for (int n : {64, 128}) {
+      // A and B K-major from shared memory. Mode 0: core matrices of 8 rows × 16 bytes,
+      // the two along k `lbo` apart, groups of 8 rows `sbo` apart (both ways round). Swizzled:
+      // 8 rows of 128, 64 or 32 bytes an atom, atoms `sbo` apart; a start 32 bytes into a row
+      // is the second k-step of the row, as stage 08 steps along k.
+      cases.push_back({type, n, false, 0, 0, 128, 256, 16384, 128, 256});
+      cases.push_back({type, n, false, 0, 0, 1024, 128, 16384, 2048, 128});
+      cases.push_back({type, n, false, 1, 32, 16, 1024, 16384 + 64, 16, 2048});
+      cases.push_back({type, n, false, 2, 32, 16, 512, 16384, 16, 1024});
+      cases.push_back({type, n, false, 3, 0, 16, 256, 16384, 16, 256});
+      // A from registers, B MN-major: mode 0: groups of 8 columns `sbo` apart, of 8 k `lbo`
+      // apart; swizzled: rows of 64, 32 or 16 columns, blocks of them along n `lbo` apart,
+      // groups of 8 k `sbo` apart (stage 08's V: lbo = the tile's 64-column blocks, sbo = 1024).
+      cases.push_back({type, n, true, 0, 0, 0, 0, 16384, 2048, 128});
+      cases.push_back({type, n, true, 1, 0, 0, 0, 16384, 4096, 1024});
+      cases.push_back({type, n, true, 2, 0, 0, 0, 16384, 2048, 512});
+      cases.push_back({type, n, true, 3, 0, 0, 0, 16384, 1024, 256});
+    }
+  }
+  return cases;
+}
+
+namespace {
+
+/// Writes by ordinary stores to shared memory, made visible to the tensor cores' reads.
+__device__ __forceinline__ void fence_proxy_async() {
+#ifndef FA_CPU_KERNEL  // the emulation reads shared memory as the threads left it
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/// A 1024-aligned start of dynamic shared memory (the launch asks for 1024 bytes more).
+__device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+}
+
+// One thread copies the box into poisoned shared memory; everyone waits; the box's bytes
+// are read back as they lie (swizzled).
+__global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int x, int y, int z, int bytes, uint32_t* out) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = aligned_smem(smem_raw);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + 4096);
+  for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = 0xDEADBEEFu;
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(bar, 1);
+    hopper::mbarrier_init_fence();
+  }
+  __syncthreads();
+  fence_proxy_async();
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(bytes));
+    hopper::tma_load_3d(smem, &map, bar, x, y, z);
+  }
+  hopper::mbarrier_wait(bar, 0);
+  for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) out[i] = reinterpret_cast<const uint32_t*>(smem)[i];
+}
+
+uint64_t descriptor(uint32_t start, uint32_t lbo, uint32_t sbo, int mode) {
+  return (start >> 4) | static_cast<uint64_t>(lbo >> 4) << 16 | static_cast<uint64_t>(sbo >> 4) << 32 |
+         static_cast<uint64_t>(mode) << 62;
+}
+
+// One warpgroup: the image into shared memory, then one product D = A·B + C.
+template <typename T, int N, bool REGS>
+__global__ void wgmma_kernel(const uint16_t* image, const uint32_t* a_regs, const float* c, uint64_t a_desc,
+                             uint64_t b_desc, float* out) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = aligned_smem(smem_raw);
+  uint16_t* img = reinterpret_cast<uint16_t*>(smem);
+  for (int i = threadIdx.x; i < kImageBytes / 2; i += blockDim.x) img[i] = image[i];
+  __syncthreads();
+  fence_proxy_async();
+  // The descriptors hold addresses relative to the image; add its shared address.
+  const uint64_t base = hopper::smem_addr(smem) >> 4;
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = c[threadIdx.x * 64 + i];
+  const uint32_t a[4] = {a_regs[threadIdx.x * 4], a_regs[threadIdx.x * 4 + 1], a_regs[threadIdx.x * 4 + 2],
+                         a_regs[threadIdx.x * 4 + 3]};
+  hopper::wgmma_fence();
+  if constexpr (REGS) {
+    hopper::wgmma_rs<T, N>(d, a, b_desc + base, true);
+  } else {
+    hopper::wgmma_ss<T, N>(d, a_desc + base, b_desc + base, true);
+  }
+  hopper::wgmma_commit();
+  hopper::wgmma_wait<0>();
+  hopper::fence_registers(d);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) out[threadIdx.x * (N / 2) + i] = d[i];
+}
+
+template <typename T, int N, bool REGS>
+void launch_wgmma(const DeviceBuffer<uint16_t>& image, const DeviceBuffer<uint32_t>& regs,
+                  const DeviceBuffer<float>& c, uint64_t a_desc, uint64_t b_desc, DeviceBuffer<float>& out) {
+  const int smem = kImageBytes + 1024;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(wgmma_kernel<T, N, REGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  wgmma_kernel<T, N, REGS><<<1, 128, smem>>>(image.data(), regs.data(), c.data(), a_desc, b_desc, out.data());
+  FA_CHECK_LAUNCH("wgmma_kernel");
+}
+
+template <typename T>
+void run_wgmma(const WgmmaCase& w, const DeviceBuffer<uint16_t>& image, const DeviceBuffer<uint32_t>& regs,
+               const DeviceBuffer<float>& c, DeviceBuffer<float>& out) {
+  const uint64_t a = descriptor(w.a_start, w.a_lbo, w.a_sbo, w.mode), b = descriptor(w.b_start, w.b_lbo, w.b_sbo, w.mode);
+  if (w.n == 64) {
+    w.a_regs ? launch_wgmma<T, 64, true>(image, regs, c, a, b, out) : launch_wgmma<T, 64, false>(image, regs, c, a, b, out);
+  } else {
+    w.a_regs ? launch_wgmma<T, 128, true>(image, regs, c, a, b, out) : launch_wgmma<T, 128, false>(image, regs, c, a, b, out);
+  }
+}
+
+}  // namespace
+
+HopperOutputs run_hopper_probes(const HopperInputs& in) {
+  HopperOutputs out;
+  DeviceBuffer<uint16_t> tensor(in.tensor);
+  for (const TmaCase& t : tma_cases()) {
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(t.tensor_x), 40, 3};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(t.tensor_x) * 2, static_cast<cuuint64_t>(t.tensor_x) * 80};
+    const cuuint32_t box[3] = {static_cast<cuuint32_t>(t.box_x), 16, 1};
+    const cuuint32_t step[3] = {1, 1, 1};
+    const CUresult rc = hopper::tensor_map_encoder()(
+        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, tensor.data(), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        static_cast<CUtensorMapSwizzle>(t.swizzle), CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
+    const int bytes = t.box_x * 16 * 2;
+    DeviceBuffer<uint32_t> box_out(static_cast<size_t>(bytes / 4));
+    tma_kernel<<<1, 32, 4096 + 64 + 1024>>>(map, t.x, t.y, t.z, bytes, box_out.data());
+    FA_CHECK_LAUNCH("tma_kernel");
+    const std::vector<uint32_t> got = box_out.download();
+    out.tma.insert(out.tma.end(), got.begin(), got.end());
+  }
+  DeviceBuffer<float> c(in.c);
+  for (const WgmmaCase& w : wgmma_cases()) {
+    DeviceBuffer<uint16_t> image(in.image[w.type]);
+    DeviceBuffer<uint32_t> regs(in.a_regs[w.type]);
+    DeviceBuffer<float> d(static_cast<size_t>(128 * w.n / 2));
+    if (w.type == 0) {
+      run_wgmma<__half>(w, image, regs, c, d);
+    } else {
+      run_wgmma<__nv_bfloat16>(w, image, regs, c, d);
+    }
+    const std::vector<float> got = d.download();
+    out.wgmma.insert(out.wgmma.end(), got.begin(), got.end());
+  }
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return out;
+}
+
+}  // namespace fa::probe

@@ -1,0 +1,52 @@
+// The Hopper probe's cases, inputs and outputs (see hopper_probe.cu): TMA tile copies and
+// wgmma products, run on the GPU and on the CPU backend's emulation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace fa::probe {
+
+/// One TMA copy: a box of 16 rows × `box_x` 16-bit values at (x, y, z) of a tensor
+/// [3][40][tensor_x] with swizzle `swizzle` (CUtensorMapSwizzle's numbering).
+struct TmaCase {
+  int swizzle, box_x, tensor_x, x, y, z;
+};
+
+/// One wgmma: m64n{n}k16 in fp16 (type 0) or bf16 (1). A from shared memory (K-major,
+/// descriptor a_*) or, if `a_regs`, from registers; B through descriptor b_* (K-major, or
+/// MN-major with registers A, as stage 08 uses them). Descriptors share the swizzle `mode`.
+struct WgmmaCase {
+  int type, n;
+  bool a_regs;
+  int mode;
+  uint32_t a_start, a_lbo, a_sbo;
+  uint32_t b_start, b_lbo, b_sbo;
+};
+
+constexpr int kImageBytes = 64 * 1024;  ///< the shared-memory image the wgmma probes read
+
+/// The cases, the same on every machine.
+std::vector<TmaCase> tma_cases();
+std::vector<WgmmaCase> wgmma_cases();
+
+/// What the probes read; hopper_inputs() draws it from a seed.
+struct HopperInputs {
+  std::vector<uint16_t> tensor;     ///< 3 × 40 × 64 random 16-bit patterns (a case of width X reads the first 3 × 40 × X)
+  std::vector<uint16_t> image[2];   ///< [fp16, bf16]: kImageBytes / 2 values in [-2, 2]
+  std::vector<uint32_t> a_regs[2];  ///< [fp16, bf16]: 128 threads × 4 A registers
+  std::vector<float> c;             ///< 128 threads × 64 accumulators to start from
+};
+
+/// What they produced, case after case.
+struct HopperOutputs {
+  std::vector<uint32_t> tma;  ///< each case's box as it lies in shared memory
+  std::vector<float> wgmma;   ///< each case's 128 threads × n/2 accumulators
+};
+
+HopperInputs hopper_inputs(uint64_t seed);
+
+/// Runs every case (on whichever backend this file was built for).
+HopperOutputs run_hopper_probes(const HopperInputs& in);
+
+}  // namespace fa::probe
