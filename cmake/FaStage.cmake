@@ -97,14 +97,17 @@ function(fa_add_stage id)
   endif()
 endfunction()
 
-# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <line> WRONG <line>)
+# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <text> WRONG <text>
+#                     [CPU_ONLY] [NO_RACECHECK])
 #
 # A planted bug for stage <id>'s tests: a copy of KERNEL with the text RIGHT replaced by
-# WRONG and namespace <ns> renamed <ns>::planted, built for each backend and linked into
-# the stage's test binaries, which must see its checks fail. Configuring fails if RIGHT is
-# no longer in the kernel, so the bug cannot silently stop being planted.
+# WRONG and namespace <ns> renamed <ns>::planted, built for each backend (CPU_ONLY: for the
+# CPU backend alone, where the bug shows on every run) and linked into the stage's test
+# binaries, which must see its checks fail. NO_RACECHECK as for fa_cpu_kernel_library.
+# Configuring fails if RIGHT is no longer in the kernel, so the bug cannot silently stop
+# being planted.
 function(fa_add_planted_copy id)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "KERNEL;NAMESPACE;RIGHT;WRONG" "")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "CPU_ONLY;NO_RACECHECK" "KERNEL;NAMESPACE;RIGHT;WRONG" "")
   if(NOT FA_BUILD_TESTS)
     return()
   endif()
@@ -123,10 +126,14 @@ function(fa_add_planted_copy id)
   configure_file(${planted}.tmp ${planted} COPYONLY)  # rewritten only when it changes
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${kernel})
   if(FA_HAVE_CPU_BACKEND)
-    fa_cpu_kernel_library(fa_stage${id}_planted_cpu ${planted})
+    set(race "")
+    if(ARG_NO_RACECHECK)
+      set(race NO_RACECHECK)
+    endif()
+    fa_cpu_kernel_library(fa_stage${id}_planted_cpu ${race} ${planted})
     target_link_libraries(test_stage${id}_cpu PRIVATE fa_stage${id}_planted_cpu)
   endif()
-  if(FA_HAVE_CUDA)
+  if(FA_HAVE_CUDA AND NOT ARG_CPU_ONLY)
     add_library(fa_stage${id}_planted_cuda STATIC ${planted})
     target_link_libraries(fa_stage${id}_planted_cuda PUBLIC fa_runtime_cuda)
     target_compile_options(fa_stage${id}_planted_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

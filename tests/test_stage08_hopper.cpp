@@ -3,7 +3,8 @@
 // give a block several Q tiles, and that run a block for each tile. On a GPU they need a
 // Hopper (skipped, never passed, without one); on the CPU backend they run through its
 // emulation of TMA, mbarriers and wgmma, on fewer heads (its one "multiprocessor" makes
-// every persistent block take all the tiles anyway).
+// every persistent block take all the tiles anyway), and a planted copy of the kernel
+// that releases a K/V slot too early must be reported there.
 #include <cmath>
 #include <vector>
 
@@ -12,6 +13,14 @@
 #include "stages/08_hopper/hopper_attention.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
+
+#if FA_CPU_BACKEND
+namespace fa::hopper::planted {
+// The planted copy (stages/08_hopper/CMakeLists.txt): a K/V slot handed back before the
+// P·V product that reads its V is retired.
+void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse);
+}  // namespace fa::hopper::planted
+#endif
 
 namespace {
 
@@ -89,3 +98,22 @@ TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[st
   const fa::AttentionProblem p32 = fa::make_problem(1, 1, 8, 8, 32, 0.0, false, fa::DType::F16);
   REQUIRE_THROWS_WITH(run_stage08(p32, none), fa::test::HasSubstring("head dim 32 is not supported"));
 }
+
+#if FA_CPU_BACKEND
+// On a GPU the planted kernel is wrong only when the producer's next copy into the slot
+// lands before the tensor cores have read V. The CPU backend lets the producer run first
+// when the slot is released, and reports its copy into memory an unretired wgmma reads.
+TEST_CASE("a K/V slot released before P·V is retired is reported on the CPU backend", "[stage08][planted]") {
+  for (int64_t d : kDims) {
+    // More K/V tiles than the ring has slots, so that the producer reuses a slot.
+    const fa::AttentionProblem p = fa::make_problem(1, 1, 64, 600, d, 0.0, false, fa::DType::F16);
+    const fa::test::StageFn planted = [](const fa::AttentionProblem& q, const fa::DeviceTensors& t) {
+      fa::hopper::planted::attention(q, t.q, t.k, t.v, t.o, t.lse);
+    };
+    REQUIRE_THROWS_WITH(fa::test::run_and_check(p, planted, 9, 1.0f, true),
+                        fa::test::HasSubstring("overwrites shared memory") &&
+                            fa::test::HasSubstring("still reads"));
+    fa::test::require_passed(p, fa::test::run_and_check(p, run_stage08, 9, 1.0f, true));
+  }
+}
+#endif
