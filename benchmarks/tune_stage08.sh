@@ -24,6 +24,7 @@ variants=(
   "no_overlap:-DFA08_OVERLAP=0"                             # each product waited for at once
   "ring2:-DFA08_STAGES=2"                                   # two K/V slots
   "no_pingpong:-DFA08_PINGPONG=0"                           # the consumers do not take turns
+  "q_double:-DFA08_Q_BUFFERS_D64=2"                         # d = 64: the next tile's Q copied during this one
 )
 build_variants "$out" stage08_hopper
 for v in "${variants[@]}"; do

@@ -72,6 +72,9 @@ struct Shape {
   static constexpr int BR = 64 * C;                           ///< query rows of a tile
   static constexpr int THREADS = WG * (1 + C);                ///< the producer warpgroup and the consumers
   static constexpr int CONSUMER_REGS = C == 2 ? 240 : 160;    ///< registers a consumer thread takes
+  /// Q buffers: with 2, a block's tiles take them in turn, and the producer copies the next
+  /// tile's Q while this one still runs (at d = 128 the K/V ring leaves no room for a second).
+  static constexpr int QB = D == 64 ? FA08_Q_BUFFERS_D64 : 1;
 };
 
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
@@ -79,14 +82,15 @@ struct Shape {
 /// A tile of R rows × D columns is stored as D/64 boxes of R rows × 128 bytes.
 template <int D>
 struct Smem {
+  static constexpr int QB = Shape<D>::QB;
   static constexpr int Q_BYTES = Shape<D>::BR * D * 2;  ///< one Q tile
   static constexpr int KV_BYTES = Bc * D * 2;           ///< one K (or V) tile
-  static constexpr int q = 0;                           ///< the Q tile
-  static constexpr int k = q + Q_BYTES;                 ///< STAGES K tiles
+  static constexpr int q = 0;                           ///< QB Q tiles
+  static constexpr int k = q + QB * Q_BYTES;            ///< STAGES K tiles
   static constexpr int v = k + STAGES * KV_BYTES;       ///< STAGES V tiles
-  static constexpr int bars = v + STAGES * KV_BYTES;    ///< q_full, q_empty, k_full[S], v_full[S], empty[S]
-  static constexpr int tile = bars + (2 + 3 * STAGES) * 8;  ///< the Q tile's number (an int)
-  static constexpr int bytes = tile + 8 + 1024;         ///< + slack to align the base
+  static constexpr int bars = v + STAGES * KV_BYTES;    ///< q_full[QB], q_empty[QB], k_full[S], v_full[S], empty[S]
+  static constexpr int tile = bars + (2 * QB + 3 * STAGES) * 8;  ///< each Q buffer's tile number (an int)
+  static constexpr int bytes = tile + 8 * QB + 1024;    ///< + slack to align the base
 };
 
 /// Which Q tiles there are, and which block takes which: tile number t → (Q tile, batch·head).
@@ -146,12 +150,13 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
   constexpr int C = Shape<D>::C, BR = Shape<D>::BR;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::bars);
-  uint64_t* q_empty = q_full + 1;
-  uint64_t* k_full = q_full + 2;
+  constexpr int QB = L::QB;
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::bars);  // [QB]
+  uint64_t* q_empty = q_full + QB;                                  // [QB]
+  uint64_t* k_full = q_empty + QB;
   uint64_t* v_full = k_full + STAGES;
   uint64_t* empty = v_full + STAGES;
-  volatile int* tile_number = reinterpret_cast<volatile int*>(smem + L::tile);
+  volatile int* tile_number = reinterpret_cast<volatile int*>(smem + L::tile);  // [QB]
   const bool causal = order.causal;
   const int kv_tiles = (seq_kv + Bc - 1) / Bc;
   // K/V tiles Q tile qt needs: under the causal mask, up to its last row's diagonal.
@@ -160,8 +165,10 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
   };
 
   if (threadIdx.x == 0) {
-    mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, C * WG);  // every consumer thread arrives
+    for (int b = 0; b < QB; ++b) {
+      mbarrier_init(&q_full[b], 1);
+      mbarrier_init(&q_empty[b], C * WG);  // every consumer thread arrives
+    }
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(&k_full[s], 1);
       mbarrier_init(&v_full[s], 1);
@@ -180,15 +187,19 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
       for (int n = 0;; ++n) {
         int qt = 0, bh = 0;
         while (t < order.count() && !order.coords(t, qt, bh)) t = order.next(t, gridDim.x);
-        mbarrier_wait(q_empty, (n & 1) ^ 1);  // the consumers are done with the Q buffer (n = 0: free)
-        if (t >= order.count()) {             // no more tiles: tell the consumers
-          *tile_number = -1;
-          mbarrier_arrive(q_full);
+        // Tile n takes Q buffer n % QB, in its round n / QB.
+        const int b = n % QB, q_round = n / QB;
+        mbarrier_wait(&q_empty[b], (q_round & 1) ^ 1);  // the consumers are done with this buffer (round 0: free)
+        if (t >= order.count()) {                     // no more tiles: tell the consumers
+          tile_number[b] = -1;
+          mbarrier_arrive(&q_full[b]);
           break;
         }
-        *tile_number = t;  // published by the arrive below
-        mbarrier_arrive_expect_tx(q_full, L::Q_BYTES);
-        for (int c = 0; c < D / BOX; ++c) tma_load_3d(smem + L::q + c * BR * 128, &tq, q_full, c * BOX, qt * BR, bh);
+        tile_number[b] = t;  // published by the arrive below
+        mbarrier_arrive_expect_tx(&q_full[b], L::Q_BYTES);
+        for (int c = 0; c < D / BOX; ++c) {
+          tma_load_3d(smem + L::q + b * L::Q_BYTES + c * BR * 128, &tq, &q_full[b], c * BOX, qt * BR, bh);
+        }
         const int n_tiles = tiles_for(qt);
         for (int j = 0; j < n_tiles; ++j, ++it) {
           const int s = it % STAGES, round = it / STAGES;
@@ -215,6 +226,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     uint32_t p[Bc / 16][4];  // P (16-bit pairs): the A operand of P·V
     int it = 0;  // ring position of the tile's first K/V tile
     int i0 = 0, row0 = 0;  // the Q tile's first row; this thread's rows: row0 and row0 + 8
+    int qb = 0;  // the Q buffer of the tile
 
     // S = Q_i·K_jᵀ: D/16 products of 64×16 by 16×Bc, issued (not waited for).
     const auto issue_s = [&](int j) {
@@ -225,7 +237,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const int box = kk / 4, along = (kk % 4) * 32;  // 16 columns are 32 bytes along a 128-byte row
-        const uint64_t a = smem_desc(smem + L::q + box * BR * 128 + cw * 64 * 128 + along, 16, 1024);
+        const uint64_t a = smem_desc(smem + L::q + qb * L::Q_BYTES + box * BR * 128 + cw * 64 * 128 + along, 16, 1024);
         const uint64_t b = smem_desc(Ks + box * Bc * 128 + along, 16, 1024);
         wgmma_ss<T, Bc>(s, a, b, kk > 0);
       }
@@ -344,7 +356,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     // The last tile: P·V only. Every S product of the Q tile is done, so the Q buffer is
     // handed back first: the producer may copy the next tile's Q while this one finishes.
     const auto last_tile = [&](int j) {
-      mbarrier_arrive(q_empty);
+      mbarrier_arrive(&q_empty[qb]);
       my_turn();
       issue_pv(j);
       next_turn();
@@ -355,8 +367,9 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
 
     if (PINGPONG && cw == C - 1) named_barrier_arrive(1, 2 * WG);  // consumer 0 takes the first turn
     for (int n = 0;; ++n) {
-      mbarrier_wait(q_full, n & 1);
-      const int number = *tile_number;
+      qb = n % QB;
+      mbarrier_wait(&q_full[qb], (n / QB) & 1);
+      const int number = tile_number[qb];
       if (number < 0) break;
       int qt, bh;
       order.coords(number, qt, bh);

@@ -40,6 +40,9 @@ constexpr int Bc = 128;  ///< key/value rows per tile (one TMA box each of K and
 #ifndef FA08_PERSISTENT
 #define FA08_PERSISTENT 2  ///< one block a multiprocessor (1: always; 0: a block a tile; 2: see persistent())
 #endif
+#ifndef FA08_Q_BUFFERS_D64
+#define FA08_Q_BUFFERS_D64 1  ///< Q buffers at d = 64 (2: the next tile's Q is copied while this one runs); d = 128 has 1
+#endif
 ///@}
 
 /// Query rows of a block (Br) at head dim d: 64 per consumer warpgroup.
