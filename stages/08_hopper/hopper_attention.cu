@@ -82,7 +82,7 @@ struct Shape {
 /// A tile of R rows × D columns is stored as D/64 boxes of R rows × 128 bytes.
 template <int D>
 struct Smem {
-  static constexpr int QB = Shape<D>::QB;
+  static constexpr int QB = Shape<D>::QB;             ///< Q buffers
   static constexpr int Q_BYTES = Shape<D>::BR * D * 2;  ///< one Q tile
   static constexpr int KV_BYTES = Bc * D * 2;           ///< one K (or V) tile
   static constexpr int q = 0;                           ///< QB Q tiles
