@@ -88,6 +88,20 @@ TEST_CASE("stage 09: ragged cache lengths, uneven splits, every head dim and pre
   }
 }
 
+// More sequences than a warp has lanes: a block finds its sequence and split by scanning
+// the lengths 32 at a time, so a batch of 70 takes three rounds of that scan. Lengths from
+// 1 to 300, with the automatic chunk and with a forced one.
+TEST_CASE("stage 09: a large ragged batch, each sequence split by its own length", "[stage09][ragged]") {
+  std::vector<int64_t> lens;
+  for (int64_t b = 0; b < 70; ++b) lens.push_back(1 + (b * 137) % 300);
+  for (fa::DType dtype : all_dtypes()) {
+    for (int64_t kv_heads : {4, 1}) {  // groups of 1 (CUDA cores) and of 4 (tensor cores; in fp32 CUDA cores)
+      const fa::DecodeProblem p = fa::make_decode_problem(70, 4, kv_heads, 1, 300, lens, 64, 0.0, false, dtype);
+      for (int64_t splits : {0, 5}) require_passed(p, splits, run_and_check(p, splits, 91 + splits));
+    }
+  }
+}
+
 TEST_CASE("stage 09: grouped-query attention, groups of 1, 4 and 8, several new queries", "[stage09][gqa]") {
   uint64_t seed = 1900;
   for (fa::DType dtype : all_dtypes()) {
@@ -158,6 +172,21 @@ TEST_CASE("stage 09's plan: splits from the shape, none left empty", "[stage09][
   CHECK(fa::decode::make_plan(short_cache, 132, 1000).splits == 300);
   CHECK(fa::decode::make_plan(short_cache, 132, 1000).chunk == 1);
   CHECK(fa::decode::workspace_bytes(short_cache, fa::decode::make_plan(short_cache, 132)) == 0);
+  // A ragged batch: one chunk size for all sequences, so each gets splits in proportion to
+  // its length, and the blocks of all of them fill one wave.
+  const std::vector<int64_t> lens = {32768, 16384, 8192, 1000};
+  const fa::DecodeProblem ragged = fa::make_decode_problem(4, 32, 8, 1, 32768, lens, 128);
+  const fa::decode::Plan r = fa::decode::make_plan(ragged, 132);
+  const auto chunks_of = [&](int64_t chunk) {
+    int64_t n = 0;
+    for (int64_t len : lens) n += (len + chunk - 1) / chunk;
+    return n;
+  };
+  CHECK(r.chunks == chunks_of(r.chunk));
+  CHECK(r.splits == (32768 + r.chunk - 1) / r.chunk);
+  CHECK(r.blocks() * 8 <= 132 * FA09_BLOCKS_PER_SM);
+  if (fa::is_cpu_backend()) CHECK(chunks_of(r.chunk - 1) * 8 > 132 * FA09_BLOCKS_PER_SM);  // the smallest chunk that fits
+  CHECK(r.splits >= 16 * ((1000 + r.chunk - 1) / r.chunk));
 }
 
 TEST_CASE("a decoding problem refuses what it cannot run, with a clear message", "[stage09][input]") {

@@ -104,7 +104,7 @@ int run(int argc, char** argv) {
   a.reword("dry-run", "check the shape and say what it needs, run nothing");
   a.add_int("kv-heads", &o.kv_heads, "key/value heads Hkv, dividing Hq (0: Hkv = Hq)", 0);
   a.add_int_list("kv-lens", &o.kv_lens, "one cache length per sequence, each in [1, --seq-kv]");
-  a.add_int("splits", &o.splits, "blocks along each cache (0: chosen from the shape and the GPU)", 0);
+  a.add_int("splits", &o.splits, "splits of the longest cache; the others get as many as its chunk size gives (0: chosen from the shape and the GPU)", 0);
   a.add_switch("bandwidth", &o.bandwidth, "also time a device-to-device copy of the cache's bytes");
   if (!a.parse(argc, argv)) return fa::kExitPassed;
 

@@ -6,10 +6,11 @@
  * The idea: in a decode step each sequence brings one new query (or a few) and attends to
  * its whole cache. Stage 05's grid has one block per (Q tile, head): with Nq = 1 that is
  * B·H blocks, each streaming a whole cache alone, 32 blocks for B=1 H=32, on a GPU of 132
- * multiprocessors. Here the cache of each KV head is cut into `splits` chunks that run in
- * parallel, and the partial results are combined afterwards:
+ * multiprocessors. Here every sequence's cache is cut into chunks of one size (so a long
+ * sequence gets more of them than a short one), the chunks run in parallel, and the
+ * partial results are combined afterwards:
  *
- *     split kernel, one block per (KV head, row group, split s):
+ *     split kernel, one block per (KV head, row group, chunk s of sequence b):
  *         q ← the rows of every query head that reads this KV head (grouped-query attention)
  *         each warp streams its share of keys [s·chunk, min((s+1)·chunk, L_b)), 16 bytes a lane:
  *             S = q·Kᵀ of the keys just loaded; m_new = max(m, max S)
@@ -38,7 +39,7 @@
  * - each sequence has its own cache length, and the causal mask is aligned bottom-right;
  * - a second kernel merges the splits (skipped when there is one), launched early with
  *   programmatic dependent launch so that its launch hides behind the split kernel's end.
- * Cost: workspace of splits·B·Hq·Nq·(d + 2) floats. HBM traffic: K and V of the live cache
+ * Cost: workspace of splits·B·Hq·Nq·(d + 2) floats (splits: the longest sequence's chunks). HBM traffic: K and V of the live cache
  * once, plus Q, O and that workspace. It is bandwidth-bound: the figure of merit is TB/s.
  *
  * Run: `stage09_split_kv_decoding --batch 1 --heads 32 --seq-kv 32768 --dim 128`
@@ -66,6 +67,7 @@ using online::Stats;
 
 /// What both kernels need to know about the problem and the plan.
 struct Params {
+  int batch;           ///< B
   int q_heads;         ///< Hq
   int kv_heads;        ///< Hkv
   int seq_q;           ///< Nq
@@ -74,7 +76,7 @@ struct Params {
   int rows_per_block;  ///< of those, rows one block serves
   int row_groups;      ///< ⌈R / rows_per_block⌉
   int chunk;           ///< keys per split
-  int splits;          ///< blocks along each cache
+  int splits;          ///< the most splits a sequence has (the longest's)
   int64_t total_rows;  ///< B·Hq·Nq
   float scale;         ///< multiplies Q·Kᵀ
   bool causal;         ///< bottom-right causal mask
@@ -158,28 +160,59 @@ __device__ __forceinline__ void allow_merge_launch() {
 #endif
 }
 
-/// What one split block works on: blockIdx.x = KV head · row groups + row group, blockIdx.y
-/// = split. Its `rows` query rows start at row r0 of the KV head's R; its keys are
-/// [begin, end) of sequence b's cache, `len` rows long. begin >= len: nothing to do.
+/// What one split block works on: blockIdx.x = KV head (of one sequence) · row groups + row
+/// group, blockIdx.y = a chunk of all sequences' keys (find_split). Its `rows` query rows
+/// start at row r0 of the KV head's R; its keys are [begin, end) of sequence b's cache,
+/// `len` rows long.
 struct BlockWork {
-  int kv_head;  ///< b·Hkv + hkv
+  int kv_head;  ///< b·Hkv + hkv (the KV head among all sequences')
   int r0;       ///< the first of this block's rows, among the KV head's R
   int rows;     ///< rows this block serves (fewer in the last row group)
-  int split;    ///< blockIdx.y
+  int split;    ///< which of sequence b's splits
   int b;        ///< the sequence
   int len;      ///< its cache length
   int begin;    ///< this split's first key
   int end;      ///< one past its last key
 };
 
+/// Chunk `y` of all sequences' keys, numbered sequence after sequence (⌈L_b / chunk⌉ of
+/// them for sequence b): its sequence b and which of b's splits it is. Each warp scans the
+/// lengths 32 at a time: a prefix sum of the lanes' chunk counts, then the first lane whose
+/// sequence ends past y. Every lane of the warp must call it; all get the same answer.
+__device__ __forceinline__ void find_split(const int* kv_lens, int batch, int chunk, int y, int& b, int& split) {
+  constexpr unsigned FULL = 0xffffffffu;
+  const int lane = threadIdx.x % 32;
+  int before = 0;  // chunks of the sequences already passed
+  for (int base = 0; base < batch; base += 32) {
+    const int n = base + lane < batch ? (kv_lens[base + lane] + chunk - 1) / chunk : 0;
+    int upto = n;  // chunks of sequences base .. base + lane
+    for (int o = 1; o < 32; o *= 2) {
+      const int x = __shfl_up_sync(FULL, upto, o);
+      if (lane >= o) upto += x;
+    }
+    const int passed = __popc(__ballot_sync(FULL, before + upto <= y));  // sequences ending at or before y
+    const int first = __shfl_sync(FULL, upto - n, passed % 32);         // chunks before that lane's sequence
+    if (passed < 32) {
+      b = base + passed;
+      split = y - before - first;
+      return;
+    }
+    before += __shfl_sync(FULL, upto, 31);
+  }
+  b = -1, split = 0;  // past the last chunk: only if the lengths differ from the plan's
+}
+
 /// This block's BlockWork, for blocks of `rows_per_block` rows.
 __device__ __forceinline__ BlockWork block_work(const int* kv_lens, const Params& prm, int rows_per_block) {
   BlockWork w;
-  w.kv_head = blockIdx.x / prm.row_groups;
+  find_split(kv_lens, prm.batch, prm.chunk, static_cast<int>(blockIdx.y), w.b, w.split);
+  if (w.b < 0) {  // no chunk: begin = len = 0
+    w = BlockWork{0, 0, 0, 0, 0, 0, 0, 0};
+    return w;
+  }
+  w.kv_head = w.b * prm.kv_heads + static_cast<int>(blockIdx.x) / prm.row_groups;
   w.r0 = blockIdx.x % prm.row_groups * rows_per_block;
   w.rows = min(rows_per_block, prm.rows - w.r0);
-  w.split = blockIdx.y;
-  w.b = w.kv_head / prm.kv_heads;
   w.len = kv_lens[w.b];
   w.begin = w.split * prm.chunk;
   w.end = min(w.begin + prm.chunk, w.len);
@@ -228,7 +261,7 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
 
   allow_merge_launch();
   const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
-  if (begin >= len) return;  // this sequence is shorter: nothing here, and the merge skips this split
+  if (begin >= len) return;  // no chunk (only if the device's lengths are not the plan's)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slot = lane / LANES;   // which of a load's KEYS key rows this lane reads
@@ -428,7 +461,7 @@ __global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
 
   allow_merge_launch();
   const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
-  if (begin >= len) return;
+  if (begin >= len) return;  // no chunk (only if the device's lengths are not the plan's)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -588,6 +621,7 @@ constexpr int MERGE_THREADS = 256;
 
 Params make_params(const DecodeProblem& p, const Plan& plan) {
   Params prm;
+  prm.batch = static_cast<int>(p.batch);
   prm.q_heads = static_cast<int>(p.q_heads);
   prm.kv_heads = static_cast<int>(p.kv_heads);
   prm.seq_q = static_cast<int>(p.seq_q);
@@ -610,7 +644,7 @@ void launch(Kernel kernel, const DecodeProblem& p, const Plan& plan, const void*
   const Params prm = make_params(p, plan);
   float* part_acc = static_cast<float*>(workspace);  // [splits, B·Hq·Nq, d], then [splits, B·Hq·Nq] stats
   Stats* part_stats = workspace ? reinterpret_cast<Stats*>(part_acc + plan.splits * p.rows() * D) : nullptr;
-  const dim3 grid(static_cast<unsigned>(plan.row_groups * p.batch * p.kv_heads), static_cast<unsigned>(plan.splits));
+  const dim3 grid(static_cast<unsigned>(plan.row_groups * p.kv_heads), static_cast<unsigned>(plan.chunks));
   kernel<<<grid, THREADS>>>(static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), kv_lens,
                             prm, static_cast<T*>(O), lse, part_acc, part_stats);
   FA_CHECK_LAUNCH("split_kernel");
@@ -692,22 +726,42 @@ Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) {
   const bool tensor_cores = p.dtype != DType::F32 && rows >= FA09_MMA_MIN_ROWS;
   plan.rows_per_block = tensor_cores ? MMA_ROWS : rows == 1 ? 1 : 4;
   plan.row_groups = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
-  const int64_t heads = p.batch * p.kv_heads * plan.row_groups;  // blocks per split
+  const int64_t heads = p.kv_heads * plan.row_groups;  // blocks per chunk of one sequence's keys
   const int64_t longest = p.longest();
+  // Every sequence's keys are cut into chunks of one size: sequence b has ⌈L_b / chunk⌉
+  // splits, so in a ragged batch a long sequence gets more blocks than a short one.
+  const auto chunks_of = [&](int64_t chunk) {
+    int64_t n = 0;
+    for (int64_t len : p.kv_lens) n += (len + chunk - 1) / chunk;
+    return n;
+  };
   if (splits == 0) {
-    // One wave: as many blocks as fit on the GPU at once (at most FA09_BLOCKS_PER_SM an SM).
-    // A second, partly filled wave would leave most SMs idle at the end.
+    // One wave: as many blocks as fit on the GPU at once (at most FA09_BLOCKS_PER_SM an SM),
+    // so the smallest chunk whose blocks fit in it. A second, partly filled wave would leave
+    // most SMs idle at the end. The longest sequence gets at most L / MIN_CHUNK splits.
     const int64_t per_sm = std::min<int64_t>(FA09_BLOCKS_PER_SM, resident_blocks_per_sm(p, plan.rows_per_block));
     const int64_t wave = per_sm * std::max(sm_count, 1);
-    splits = std::clamp(wave / heads, int64_t{1}, std::max(int64_t{1}, longest / MIN_CHUNK));
+    int64_t lo = (longest + std::max(int64_t{1}, longest / MIN_CHUNK) - 1) / std::max(int64_t{1}, longest / MIN_CHUNK);
+    int64_t hi = longest;  // one split a sequence: taken if even that is more than a wave
+    while (lo < hi) {      // chunks_of() only falls as the chunk grows
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (heads * chunks_of(mid) <= wave) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    plan.chunk = hi;
+  } else {
+    splits = std::min(splits, longest);
+    plan.chunk = (longest + splits - 1) / splits;
   }
-  splits = std::min(splits, longest);
-  plan.chunk = (longest + splits - 1) / splits;
   plan.splits = (longest + plan.chunk - 1) / plan.chunk;  // none left empty for the longest sequence
-  if (heads > INT_MAX || plan.splits > 65535 || p.rows() * p.dim > (int64_t{1} << 40) ||
+  plan.chunks = chunks_of(plan.chunk);
+  if (heads > INT_MAX || plan.chunks > 65535 || p.rows() * p.dim > (int64_t{1} << 40) ||
       p.max_seq_kv > INT_MAX) {
-    throw InputError("stage 09: the problem is too large for one grid (B·Hkv·row groups " + std::to_string(heads) +
-                     ", splits " + std::to_string(plan.splits) + ")");
+    throw InputError("stage 09: the problem is too large for one grid (Hkv·row groups " + std::to_string(heads) +
+                     ", chunks of all sequences " + std::to_string(plan.chunks) + ")");
   }
   return plan;
 }
@@ -723,9 +777,16 @@ std::string describe(const Plan& plan, const DecodeProblem& p) {
   std::ostringstream s;
   s << plan.rows_per_block << (plan.rows_per_block == 1 ? " row" : " rows") << " a block ("
     << (uses_tensor_cores(plan) ? "tensor cores" : "CUDA cores") << "), " << plan.row_groups
-    << (plan.row_groups == 1 ? " group" : " groups") << " per KV head, " << plan.splits
-    << (plan.splits == 1 ? " split of " : " splits of ") << plan.chunk << " keys: "
-    << plan.blocks() * p.batch * p.kv_heads << " blocks of " << THREADS << " threads"
+    << (plan.row_groups == 1 ? " group" : " groups") << " per KV head, ";
+  if (plan.chunks == plan.splits * p.batch) {  // every sequence has the same number
+    s << plan.splits << (plan.splits == 1 ? " split of " : " splits of ") << plan.chunk << " keys";
+  } else {
+    int64_t fewest = plan.splits;
+    for (int64_t len : p.kv_lens) fewest = std::min(fewest, (len + plan.chunk - 1) / plan.chunk);
+    s << "splits of " << plan.chunk << " keys, " << fewest << " to " << plan.splits << " a sequence ("
+      << plan.chunks << " in all)";
+  }
+  s << ": " << plan.blocks() * p.kv_heads << " blocks of " << THREADS << " threads"
     << (plan.splits > 1 ? ", then a merge kernel" : "");
   return s.str();
 }

@@ -46,18 +46,20 @@ struct Plan {
   /// cores (fp16 and bf16 with at least FA09_MMA_MIN_ROWS rows); a compile-time choice.
   int rows_per_block = 1;
   int64_t row_groups = 1;  ///< blocks that share one KV head's rows: ⌈G·Nq / rows_per_block⌉
-  int64_t splits = 1;      ///< blocks along each KV head's cache
   int64_t chunk = 1;       ///< keys per split (the last split of a sequence may have fewer)
-  /// Blocks of the split kernel per (sequence, KV head): row_groups·splits.
-  int64_t blocks() const { return row_groups * splits; }
+  int64_t splits = 1;      ///< splits of the longest sequence, ⌈max L_b / chunk⌉ (sequence b has ⌈L_b / chunk⌉)
+  int64_t chunks = 1;      ///< splits of all sequences together, Σ_b ⌈L_b / chunk⌉
+  /// Blocks of the split kernel per KV head (of every sequence together): row_groups·chunks.
+  int64_t blocks() const { return row_groups * chunks; }
 };
 
 /**
- * The plan for problem `p` on a GPU of `sm_count` multiprocessors. With `splits` = 0 the
- * split count is chosen so that all blocks fill the GPU once: as many as fit on it at the
- * same time, at most FA09_BLOCKS_PER_SM per multiprocessor, and no split under MIN_CHUNK
- * keys. Otherwise it is `splits` (at most the longest sequence's length: a split has at
- * least one key).
+ * The plan for problem `p` on a GPU of `sm_count` multiprocessors. Every sequence's cache
+ * is cut into splits of `chunk` keys, ⌈L_b / chunk⌉ for sequence b. With `splits` = 0 the
+ * chunk is the smallest with which all blocks fill the GPU once: as many as fit on it at
+ * the same time, at most FA09_BLOCKS_PER_SM per multiprocessor, with the longest sequence
+ * cut into at most L / MIN_CHUNK splits. Otherwise the longest sequence gets `splits` (at
+ * most its length: a split has at least one key), and the others as many as that chunk gives.
  * \throws InputError if the grid would exceed CUDA's limits.
  */
 Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits = 0);
@@ -88,7 +90,8 @@ double hbm_bytes_model(const DecodeProblem& p, const Plan& plan);
 inline bool uses_tensor_cores(const Plan& plan) { return plan.rows_per_block == MMA_ROWS; }
 
 /// One line on the plan, e.g. "16 rows a block (tensor cores), 1 group per KV head, 3 splits of
-/// 10923 keys: 384 blocks of 128 threads, then a merge kernel".
+/// 10923 keys: 384 blocks of 128 threads, then a merge kernel", or for a ragged batch "...,
+/// splits of 2731 keys, 1 to 12 a sequence (100 in all): ...".
 std::string describe(const Plan& plan, const DecodeProblem& p);
 
 }  // namespace fa::decode
