@@ -39,8 +39,9 @@
  * - each sequence has its own cache length, and the causal mask is aligned bottom-right;
  * - a second kernel merges the splits (skipped when there is one), launched early with
  *   programmatic dependent launch so that its launch hides behind the split kernel's end.
- * Cost: workspace of splits·B·Hq·Nq·(d + 2) floats (splits: the longest sequence's chunks). HBM traffic: K and V of the live cache
- * once, plus Q, O and that workspace. It is bandwidth-bound: the figure of merit is TB/s.
+ * Cost: workspace of splits·B·Hq·Nq·(d + 2) floats (splits: the longest sequence's). HBM
+ * traffic: K and V of the live cache once, plus Q, O and that workspace. It is
+ * bandwidth-bound: the figure of merit is TB/s.
  *
  * Run: `stage09_split_kv_decoding --batch 1 --heads 32 --seq-kv 32768 --dim 128`
  */
