@@ -79,6 +79,17 @@ __global__ void round_trip_kernel(const __grid_constant__ CUtensorMap tq, const 
   }
 }
 
+__global__ void parities_kernel(unsigned* out) {
+  extern __shared__ uint8_t smem[];
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem);
+  mbarrier_init(bar, 2);
+  for (int step = 0; step < 6; ++step) {
+    out[2 * step] = ::fa_cpu::mbarrier_test_wait(bar, 0);
+    out[2 * step + 1] = ::fa_cpu::mbarrier_test_wait(bar, 1);
+    if (step < 5) mbarrier_arrive(bar);
+  }
+}
+
 // 128 threads; shared memory holds A's tile (which the copies write), B's, and a barrier.
 __global__ void misuse_kernel(int which, const __grid_constant__ CUtensorMap map) {
   extern __shared__ uint8_t smem[];
@@ -153,6 +164,13 @@ RoundTrip tma_wgmma_round_trip(bool bf16, const std::vector<float>& q, const std
   }
   FA_CHECK_LAUNCH("round_trip_kernel");
   return RoundTrip{s.download(), o.download(), before.download()};
+}
+
+std::vector<unsigned> mbarrier_parities() {
+  DeviceBuffer<unsigned> out(12);
+  parities_kernel<<<1, 1, 64>>>(out.data());
+  FA_CHECK_LAUNCH("parities_kernel");
+  return out.download();
 }
 
 void wgmma_without_fence() { misuse(0); }

@@ -17,6 +17,10 @@ struct RoundTrip {
 RoundTrip tma_wgmma_round_trip(bool bf16, const std::vector<float>& q, const std::vector<float>& k,
                                const std::vector<float>& v);
 
+/// A barrier of two arrivals, asked with mbarrier.test_wait whether the phases of parity 0
+/// and 1 have completed, before and after each of five arrivals: 12 answers (0 or 1).
+std::vector<unsigned> mbarrier_parities();
+
 void wgmma_without_fence();          ///< a wgmma with no wgmma.fence before it: must fault
 void mbarrier_never_completes();     ///< one arrival of two, then a wait: a deadlock
 void named_barrier_disagreement();   ///< bar.sync 1 with 64 threads and with 96: must fault

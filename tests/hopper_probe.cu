@@ -1,5 +1,6 @@
 // Kernels that exercise stage 08's Hopper instructions one at a time, so that the CPU
 // backend's emulation of them (fa_cpu/hopper.h) can be held against the hardware:
+// - mbarrier: which phase parities count as completed, before and after each arrival;
 // - TMA: one box copied by cp.async.bulk.tensor, completing on an mbarrier, in each swizzle
 //   mode, with parts of the box outside the tensor (zeros), read back from shared memory;
 // - wgmma: one m64nNk16 product over a shared-memory image of random values, read through
@@ -70,6 +71,38 @@ __device__ __forceinline__ void fence_proxy_async() {
 /// A 1024-aligned start of dynamic shared memory (the launch asks for 1024 bytes more).
 __device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+}
+
+/// mbarrier.test_wait.parity: whether that phase has completed, without waiting.
+__device__ __forceinline__ bool test_wait(uint64_t* bar, uint32_t parity) {
+#ifdef FA_CPU_KERNEL
+  return ::fa_cpu::mbarrier_test_wait(bar, parity);
+#else
+  uint32_t done = 0;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(hopper::smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+#endif
+}
+
+// One thread asks a barrier of two arrivals which phases have completed, before and after
+// each arrival: a fresh barrier counts the phase "before" phase 0 (parity 1) as complete.
+__global__ void parity_kernel(uint32_t* out) {
+  extern __shared__ uint8_t smem_raw[];
+  uint64_t* bar = reinterpret_cast<uint64_t*>(aligned_smem(smem_raw));
+  if (threadIdx.x != 0) return;
+  hopper::mbarrier_init(bar, 2);
+  int n = 0;
+  for (int arrivals = 0; arrivals < 5; ++arrivals) {  // phases 0 and 1 complete, then phase 2 half
+    out[n++] = test_wait(bar, 0);
+    out[n++] = test_wait(bar, 1);
+    hopper::mbarrier_arrive(bar);
+  }
+  out[n++] = test_wait(bar, 0);
+  out[n++] = test_wait(bar, 1);
 }
 
 // One thread copies the box into poisoned shared memory; everyone waits; the box's bytes
@@ -169,6 +202,13 @@ HopperOutputs run_hopper_probes(const HopperInputs& in) {
     FA_CHECK_LAUNCH("tma_kernel");
     const std::vector<uint32_t> got = box_out.download();
     out.tma.insert(out.tma.end(), got.begin(), got.end());
+  }
+  {
+    DeviceBuffer<uint32_t> answers(12);
+    answers.fill_bytes(0xFF);
+    parity_kernel<<<1, 32, 64 + 1024>>>(answers.data());
+    FA_CHECK_LAUNCH("parity_kernel");
+    out.parity = answers.download();
   }
   DeviceBuffer<float> c(in.c);
   for (const WgmmaCase& w : wgmma_cases()) {

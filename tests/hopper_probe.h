@@ -42,6 +42,7 @@ struct HopperInputs {
 struct HopperOutputs {
   std::vector<uint32_t> tma;  ///< each case's box as it lies in shared memory
   std::vector<float> wgmma;   ///< each case's 128 threads × n/2 accumulators
+  std::vector<uint32_t> parity;  ///< mbarrier.test_wait.parity answers (see hopper_probe.cu)
 };
 
 HopperInputs hopper_inputs(uint64_t seed);

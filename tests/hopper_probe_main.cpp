@@ -5,8 +5,9 @@
 //   hopper_probe --write FILE       (GPU build) runs the probes, writes their outputs
 //   hopper_probe_cpu --check FILE   (CPU build) runs them too, compares with FILE
 //
-// TMA moves bits, so its boxes must be identical, swizzle and zero fill included; wgmma
-// results must agree within fp32 accumulation rounding (the emulation sums exactly).
+// TMA moves bits, so its boxes must be identical, swizzle and zero fill included, and so
+// must the mbarrier's answers; wgmma results must agree within fp32 accumulation rounding
+// (the emulation sums exactly).
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
     const HopperOutputs out = run_hopper_probes(in);
     if (write) {
       std::ofstream f(path, std::ios::binary);
-      put(f, out.tma), put(f, out.wgmma);
+      put(f, out.tma), put(f, out.wgmma), put(f, out.parity);
       if (!f) throw fa::InputError(path + ": write failed");
       std::cout << "probe outputs of " << device.name << " written to " << path << "\n";
       return 0;
@@ -69,8 +70,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     HopperOutputs gpu;
-    gpu.tma = get<uint32_t>(f), gpu.wgmma = get<float>(f);
-    int bad = 0;
+    gpu.tma = get<uint32_t>(f), gpu.wgmma = get<float>(f), gpu.parity = get<uint32_t>(f);
+    int bad = compare_bits("mbarrier.test_wait.parity 0 and 1, before and after each arrival", out.parity, gpu.parity, 2,
+                           "step");
     size_t at = 0;
     for (const TmaCase& t : tma_cases()) {  // each box on its own, so a report names the case
       const size_t words = static_cast<size_t>(t.box_x * 16 * 2 / 4);

@@ -215,6 +215,13 @@ TEST_CASE("TMA and wgmma: S = Q·Kᵀ from shared memory, then P·V with P in re
   }
 }
 
+TEST_CASE("an mbarrier's phases follow the PTX ISA's parity rule", "[cpu_backend][hopper]") {
+  // A fresh barrier is in phase 0, and the phase before it (parity 1) counts as complete.
+  // Two arrivals complete a phase; the phase in progress then has the other parity.
+  const std::vector<unsigned> want = {0, 1, 0, 1, 1, 0, 1, 0, 0, 1, 0, 1};
+  REQUIRE(k::mbarrier_parities() == want);
+}
+
 TEST_CASE("misused Hopper instructions are reported, not run", "[cpu_backend][hopper]") {
   REQUIRE_THROWS_WITH(k::wgmma_without_fence(), HasSubstring("no wgmma.fence before"));
   REQUIRE_THROWS_WITH(k::mbarrier_never_completes(),

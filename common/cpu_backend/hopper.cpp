@@ -374,6 +374,17 @@ void mbarrier_wait(void* bar, unsigned parity, const char* file, int line) {
               file, line);
 }
 
+bool mbarrier_test_wait(void* bar, unsigned parity) {
+  const std::uint32_t a = barrier_address(bar, "mbarrier.test_wait");
+  Mbarrier& b = barrier_at(a, "mbarrier.test_wait");
+  parity &= 1u;
+  while (!phase_done(b, parity) && land_one(a)) {
+  }
+  if (phase_done(b, parity)) return true;
+  reschedule();
+  return false;
+}
+
 void named_barrier(int id, int threads, bool wait, const char* file, int line) {
   const char* op = wait ? "bar.sync" : "bar.arrive";
   if (id < 1 || id > 15) {

@@ -54,6 +54,11 @@ void mbarrier_arrive(void* bar, unsigned tx_bytes);
 /// completed (at once if the phase in progress has the other parity).
 void mbarrier_wait(void* bar, unsigned parity, const char* file, int line);
 
+/// mbarrier.test_wait.parity: whether the phase of parity `parity` has completed, without
+/// waiting (copies in flight on the barrier land first if the phase needs them). A thread
+/// that gets false lets the others run before it goes on, so a loop on it cannot starve them.
+bool mbarrier_test_wait(void* bar, unsigned parity);
+
 /// bar.sync (`wait`) or bar.arrive with barrier `id` (1-15) and `threads` taking part: the
 /// barrier completes when `threads` threads have arrived; bar.sync waits for that.
 void named_barrier(int id, int threads, bool wait, const char* file, int line);
