@@ -74,13 +74,16 @@ TEST_CASE("stage 08 over many K/V tiles: the ring wraps around", "[stage08][ring
       [](const fa::AttentionProblem&) {});
 }
 
-// More Q tiles than a GPU has multiprocessors (on an H100, 80 heads × 5 tiles): with one block a
-// multiprocessor each block takes several, one after another, its K/V ring and barriers
-// carrying on from one to the next; under the causal mask, in pairs (5 tiles: the middle
-// one pairs with itself).
+// More Q tiles than a GPU has multiprocessors (on an H100, 80 heads × 5 tiles): with one
+// block a multiprocessor each block takes several, one after another, its K/V ring and
+// barriers carrying on from one to the next; under the causal mask, in pairs (5 tiles: the
+// middle one pairs with itself).
 TEST_CASE("stage 08 with more Q tiles than multiprocessors: a block takes several", "[stage08][persistent]") {
   check_each(
-      60, [](fa::DType dtype, int64_t d, bool causal) { return fa::make_problem(2, kManyHeads, 600, 700, d, 0.0, causal, dtype); },
+      60,
+      [](fa::DType dtype, int64_t d, bool causal) {
+        return fa::make_problem(2, kManyHeads, 600, 700, d, 0.0, causal, dtype);
+      },
       [](const fa::AttentionProblem& p) { REQUIRE(fa::hopper::persistent(p)); });
 }
 
@@ -88,7 +91,10 @@ TEST_CASE("stage 08 with more Q tiles than multiprocessors: a block takes severa
 // causal too, with Nq < Nkv, so that every row sees many tiles.
 TEST_CASE("stage 08 over a long K/V sequence: a block for each Q tile", "[stage08][long]") {
   check_each(
-      80, [](fa::DType dtype, int64_t d, bool causal) { return fa::make_problem(1, FA_CPU_BACKEND ? 1 : 2, kLongRows, 8300, d, 0.0, causal, dtype); },
+      80,
+      [](fa::DType dtype, int64_t d, bool causal) {
+        return fa::make_problem(1, FA_CPU_BACKEND ? 1 : 2, kLongRows, 8300, d, 0.0, causal, dtype);
+      },
       [](const fa::AttentionProblem& p) { REQUIRE_FALSE(fa::hopper::persistent(p)); });
 }
 
