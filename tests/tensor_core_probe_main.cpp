@@ -10,16 +10,9 @@
 // results must agree within fp32 accumulation rounding (the order and rounding of the
 // tensor core's internal sums are not specified, so the emulation sums exactly).
 #include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <limits>
-#include <string>
 
-#include "common/demo.h"
-#include "common/device.h"
 #include "common/dtype.h"
-#include "common/errors.h"
 #include "common/random.h"
 #include "tests/probe_io.h"
 #include "tests/tensor_core_probe.h"
@@ -46,14 +39,8 @@ ProbeInputs make_inputs(uint64_t seed) {
   // mma operands: random values in [-2, 2] rounded to fp16 / bf16, packed two per register.
   const DType types[2] = {DType::F16, DType::BF16};
   for (int t = 0; t < 2; ++t) {
-    const std::vector<float> a = random_uniform(32 * 8, seed + 3 + static_cast<uint64_t>(t), 2.0f);
-    const std::vector<float> b = random_uniform(32 * 4, seed + 5 + static_cast<uint64_t>(t), 2.0f);
-    for (size_t i = 0; i < a.size(); i += 2) {
-      in.mma_a[t].push_back(to_bits16(types[t], a[i]) | static_cast<uint32_t>(to_bits16(types[t], a[i + 1])) << 16);
-    }
-    for (size_t i = 0; i < b.size(); i += 2) {
-      in.mma_b[t].push_back(to_bits16(types[t], b[i]) | static_cast<uint32_t>(to_bits16(types[t], b[i + 1])) << 16);
-    }
+    in.mma_a[t] = pack_pairs(types[t], random_uniform(32 * 8, seed + 3 + static_cast<uint64_t>(t), 2.0f));
+    in.mma_b[t] = pack_pairs(types[t], random_uniform(32 * 4, seed + 5 + static_cast<uint64_t>(t), 2.0f));
   }
   in.mma_c = random_uniform(32 * 4, seed + 7, 4.0f);
   // Values to round: random ones of every size, and the hard cases.
@@ -76,57 +63,27 @@ ProbeInputs make_inputs(uint64_t seed) {
 
 int main(int argc, char** argv) {
   using namespace fa::probe;
-  return fa::run_guarded(argv[0], [&] {
-    bool write = false;
-    std::string path;
-    if (!parse_probe_args(argc, argv, &write, &path)) return 2;
-    const fa::DeviceInfo device = fa::require_device();
-    const ProbeInputs in = make_inputs(2026);
-    const ProbeOutputs out = run_probes(in);
-    if (write) {
-      std::ofstream f(path, std::ios::binary);
-      put(f, out.ldmatrix), put(f, out.ldmatrix_trans), put(f, out.mma_d[0]), put(f, out.mma_d[1]);
-      put(f, out.half2), put(f, out.bf162), put(f, out.cp_async);
-      if (!f) throw fa::InputError(path + ": write failed");
-      std::cout << "probe outputs of " << device.name << " written to " << path << "\n";
-      return 0;
-    }
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      // The GPU probe removes the file first and writes it only when it ran on a GPU.
-      std::cout << "skipped: " << path << " is missing: no CUDA GPU is available to write it "
-                << "(tensor_core_probe --write)\n";
-      return 0;
-    }
-    ProbeOutputs gpu;
-    gpu.ldmatrix = get<uint32_t>(f), gpu.ldmatrix_trans = get<uint32_t>(f);
-    gpu.mma_d[0] = get<float>(f), gpu.mma_d[1] = get<float>(f);
-    gpu.half2 = get<uint32_t>(f), gpu.bf162 = get<uint32_t>(f), gpu.cp_async = get<uint32_t>(f);
-    int bad = compare_bits("ldmatrix.x4", out.ldmatrix, gpu.ldmatrix, 4);
-    bad += compare_bits("ldmatrix.x4.trans", out.ldmatrix_trans, gpu.ldmatrix_trans, 4);
-    bad += compare_bits("fp16 rounding (pairs)", out.half2, gpu.half2, 1);
-    bad += compare_bits("bf16 rounding (pairs)", out.bf162, gpu.bf162, 1);
-    bad += compare_bits("cp.async groups and zero-fill", out.cp_async, gpu.cp_async, 4);
-    const char* names[2] = {"mma.sync fp16", "mma.sync bf16"};
-    for (int t = 0; t < 2; ++t) {
-      // |products| <= 2·2 each, 16 of them, plus |c| <= 4: sums stay below 68, so fp32
-      // accumulation rounding is below 16 · 2^-24 · 68 ≈ 7e-5. A layout error is O(1).
-      const double tol = 1e-4;
-      double worst = 0;
-      int off = 0;
-      for (size_t i = 0; i < gpu.mma_d[t].size(); ++i) {
-        const double diff = i < out.mma_d[t].size() ? std::fabs(out.mma_d[t][i] - gpu.mma_d[t][i]) : INFINITY;
-        worst = std::max(worst, diff);
-        if (!(diff <= tol) && ++off <= 5) {
-          std::printf("  %s: lane %zu d%zu: CPU backend %.8g, GPU %.8g\n", names[t], i / 4, i % 4,
-                      i < out.mma_d[t].size() ? out.mma_d[t][i] : NAN, gpu.mma_d[t][i]);
-        }
-      }
-      std::printf("%s: %zu values, max |CPU - GPU| = %.3g (allowed %.0e), %d outside\n", names[t], gpu.mma_d[t].size(),
-                  worst, tol, off);
-      bad += off;
-    }
-    std::cout << (bad == 0 ? "PASSED: the CPU backend matches the GPU" : "FAILED") << "\n";
-    return bad == 0 ? 0 : 1;
-  });
+  return run_probe_program<ProbeOutputs>(
+      argc, argv, nullptr, [] { return run_probes(make_inputs(2026)); },
+      [](std::ofstream& f, const ProbeOutputs& out) {
+        put(f, out.ldmatrix), put(f, out.ldmatrix_trans), put(f, out.mma_d[0]), put(f, out.mma_d[1]);
+        put(f, out.half2), put(f, out.bf162), put(f, out.cp_async);
+      },
+      [](std::ifstream& f, const ProbeOutputs& out) {
+        ProbeOutputs gpu;
+        gpu.ldmatrix = get<uint32_t>(f), gpu.ldmatrix_trans = get<uint32_t>(f);
+        gpu.mma_d[0] = get<float>(f), gpu.mma_d[1] = get<float>(f);
+        gpu.half2 = get<uint32_t>(f), gpu.bf162 = get<uint32_t>(f), gpu.cp_async = get<uint32_t>(f);
+        int bad = compare_bits("ldmatrix.x4", out.ldmatrix, gpu.ldmatrix, 4);
+        bad += compare_bits("ldmatrix.x4.trans", out.ldmatrix_trans, gpu.ldmatrix_trans, 4);
+        bad += compare_bits("fp16 rounding (pairs)", out.half2, gpu.half2, 1);
+        bad += compare_bits("bf16 rounding (pairs)", out.bf162, gpu.bf162, 1);
+        bad += compare_bits("cp.async groups and zero-fill", out.cp_async, gpu.cp_async, 4);
+        // |products| <= 2·2 each, 16 of them, plus |c| <= 4: sums stay below 68, so fp32
+        // accumulation rounding is below 16 · 2^-24 · 68 ≈ 7e-5. A layout error is O(1).
+        bad += compare_floats("mma.sync fp16", out.mma_d[0], gpu.mma_d[0], 4, "lane", 1e-4);
+        bad += compare_floats("mma.sync bf16", out.mma_d[1], gpu.mma_d[1], 4, "lane", 1e-4);
+        return bad;
+      },
+      "no CUDA GPU is available to write it (tensor_core_probe --write)");
 }
