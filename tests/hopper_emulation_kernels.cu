@@ -8,8 +8,8 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
+#include "common/demo.h"
 #include "common/device_buffer.h"
-#include "common/dtype.h"
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/08_hopper/hopper.cuh"
 
@@ -32,12 +32,6 @@ CUtensorMap tile_map(const void* base) {
                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed");
   return map;
-}
-
-std::vector<uint16_t> to_bits(const std::vector<float>& x, DType t) {
-  std::vector<uint16_t> b;
-  for (float v : x) b.push_back(to_bits16(t, v));
-  return b;
 }
 
 template <typename T>
@@ -149,18 +143,16 @@ void misuse(int which) {
 
 RoundTrip tma_wgmma_round_trip(bool bf16, const std::vector<float>& q, const std::vector<float>& k,
                                const std::vector<float>& v) {
-  const DType t = bf16 ? DType::BF16 : DType::F16;
-  DeviceBuffer<uint16_t> dq(to_bits(q, t)), dk(to_bits(k, t)), dv(to_bits(v, t));
+  const DeviceInputs in = upload_inputs(q, k, v, bf16 ? DType::BF16 : DType::F16);
+  const CUtensorMap tq = tile_map(in.q.data()), tk = tile_map(in.k.data()), tv = tile_map(in.v.data());
   DeviceBuffer<float> s(128 * 32), o(128 * 32), before(128);
   const int smem = 3 * kTile + 64;
   if (bf16) {
     FA_CUDA_CHECK(cudaFuncSetAttribute(round_trip_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    round_trip_kernel<__nv_bfloat16><<<1, 128, smem>>>(tile_map(dq.data()), tile_map(dk.data()), tile_map(dv.data()),
-                                                       s.data(), o.data(), before.data());
+    round_trip_kernel<__nv_bfloat16><<<1, 128, smem>>>(tq, tk, tv, s.data(), o.data(), before.data());
   } else {
     FA_CUDA_CHECK(cudaFuncSetAttribute(round_trip_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    round_trip_kernel<__half><<<1, 128, smem>>>(tile_map(dq.data()), tile_map(dk.data()), tile_map(dv.data()),
-                                                s.data(), o.data(), before.data());
+    round_trip_kernel<__half><<<1, 128, smem>>>(tq, tk, tv, s.data(), o.data(), before.data());
   }
   FA_CHECK_LAUNCH("round_trip_kernel");
   return RoundTrip{s.download(), o.download(), before.download()};
