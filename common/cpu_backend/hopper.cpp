@@ -61,12 +61,12 @@ struct Span {
 // One wgmma as issued: everything it will read, and where each thread's D lives.
 struct Product {
   int group;  // the warpgroup
-  Span a_span, b_span;  // what it reads of shared memory (a_span empty: A from registers)
   MmaType type;
   int n;
-  bool a_from_registers;
-  std::uint64_t a_desc, b_desc;
-  bool b_mn_major, accumulate;
+  bool accumulate;
+  std::vector<std::uint32_t> a_at;     // shared address of A's element (m, k) at m·16 + k; empty: A from registers
+  std::vector<std::uint32_t> b_at;     // of B's element (k, col) at k·n + col
+  Span a_span, b_span;                 // the shared bytes those cover (a_span empty with A from registers)
   const std::uint32_t* a[kWarpgroup];  // each thread's four A registers (read at the wait)
   float* d[kWarpgroup];                // each thread's n/2 accumulators
 };
@@ -79,7 +79,7 @@ struct Issue {
   const std::uint32_t* a;
   std::uint64_t a_desc, b_desc;
   bool b_mn_major, accumulate;
-  int regs;  // setmaxnreg
+  int count;  // setmaxnreg's registers, or wait_group's N
 };
 
 struct Warpgroup {
@@ -114,6 +114,9 @@ unsigned char* shared_bytes(std::uint32_t address, std::size_t bytes, const char
   }
   return static_cast<unsigned char*>(dynamic_shared_base()) + address;
 }
+
+// Threads of the running block.
+int block_threads() { return static_cast<int>(fa_cpu_blockDim.x * fa_cpu_blockDim.y * fa_cpu_blockDim.z); }
 
 // ---- mbarrier ---------------------------------------------------------------------------
 
@@ -207,18 +210,11 @@ double shared_element(MmaType type, std::uint32_t address) {
   return from_bits(type, bits);
 }
 
-// The shared bytes that element addresses `at(i, j)`, i < rows, j < cols, cover.
-template <typename At>
-Span span_of(int rows, int cols, At at) {
-  Span s{UINT32_MAX, 0};
-  for (int i = 0; i < rows; ++i) {
-    for (int j = 0; j < cols; ++j) {
-      const std::uint32_t x = at(i, j);
-      s.lo = std::min(s.lo, x);
-      s.hi = std::max(s.hi, x + 2);
-    }
-  }
-  return s;
+// The shared bytes that 16-bit elements at addresses `at` cover (empty for none).
+Span span_of(const std::vector<std::uint32_t>& at) {
+  if (at.empty()) return Span{};
+  const auto [lo, hi] = std::minmax_element(at.begin(), at.end());
+  return Span{*lo, *hi + 2};
 }
 
 std::string span_name(Span s) { return "[" + hex(s.lo) + ", " + hex(s.hi) + ")"; }
@@ -240,7 +236,7 @@ void execute(const Product& p) {
   double a[64][16], b[16][256];
   for (int m = 0; m < 64; ++m) {
     for (int k = 0; k < 16; ++k) {
-      if (p.a_from_registers) {
+      if (p.a_at.empty()) {
         // mma.sync's A fragment for the warp's 16 rows: thread (g, t) of warp w holds
         // rows 16w + g (registers 0, 2) and + 8 (1, 3), columns 2t, 2t + 1 (+ 8 in 2, 3).
         const int w = m / 16, r = m % 16, g = r % 8, kk = k % 8, t = kk / 2;
@@ -249,12 +245,12 @@ void execute(const Product& p) {
         const std::uint32_t word = p.a[thread][reg];
         a[m][k] = from_bits(p.type, static_cast<std::uint16_t>(kk % 2 == 0 ? word & 0xffffu : word >> 16));
       } else {
-        a[m][k] = shared_element(p.type, operand_address(p.a_desc, false, m, k));
+        a[m][k] = shared_element(p.type, p.a_at[static_cast<std::size_t>(m * 16 + k)]);
       }
     }
   }
   for (int k = 0; k < 16; ++k) {
-    for (int col = 0; col < p.n; ++col) b[k][col] = shared_element(p.type, operand_address(p.b_desc, p.b_mn_major, col, k));
+    for (int col = 0; col < p.n; ++col) b[k][col] = shared_element(p.type, p.b_at[static_cast<std::size_t>(k * p.n + col)]);
   }
   // D: thread (g, t) of warp w holds, for each 8 columns j, rows 16w + g (values 4j, 4j + 1)
   // and 16w + g + 8 (4j + 2, 4j + 3), columns 8j + 2t and 8j + 2t + 1.
@@ -511,14 +507,21 @@ void wgmma(MmaType type, int n, float* d, const std::uint32_t* a_regs, std::uint
       throw std::runtime_error("wgmma.mma_async at " + where(file, line) +
                                ": no wgmma.fence before the warpgroup's first wgmma (the PTX ISA requires one)");
     }
-    Product p{current_thread() / kWarpgroup, {}, {}, first.type, first.n, first.a != nullptr, first.a_desc,
-              first.b_desc, first.b_mn_major, first.accumulate, {}, {}};
-    if (!p.a_from_registers) p.a_span = span_of(64, 16, [&](int m, int k) { return operand_address(p.a_desc, false, m, k); });
-    p.b_span = span_of(16, p.n, [&](int k, int c) { return operand_address(p.b_desc, p.b_mn_major, c, k); });
+    const bool a_from_registers = first.a != nullptr;
+    Product p{current_thread() / kWarpgroup, first.type, first.n, first.accumulate, {}, {}, {}, {}, {}, {}};
+    // The descriptors are read now, the memory they point at when the product runs.
+    for (int m = 0; m < 64 && !a_from_registers; ++m) {
+      for (int k = 0; k < 16; ++k) p.a_at.push_back(operand_address(first.a_desc, false, m, k));
+    }
+    for (int k = 0; k < 16; ++k) {
+      for (int col = 0; col < p.n; ++col) p.b_at.push_back(operand_address(first.b_desc, first.b_mn_major, col, k));
+    }
+    p.a_span = span_of(p.a_at);
+    p.b_span = span_of(p.b_at);
     for (int i = 0; i < kWarpgroup; ++i) {
       const Issue& x = *g.args[i];
-      if (x.type != first.type || x.n != first.n || (x.a != nullptr) != p.a_from_registers || x.b_desc != first.b_desc ||
-          (!p.a_from_registers && x.a_desc != first.a_desc) || x.b_mn_major != first.b_mn_major ||
+      if (x.type != first.type || x.n != first.n || (x.a != nullptr) != a_from_registers || x.b_desc != first.b_desc ||
+          (!a_from_registers && x.a_desc != first.a_desc) || x.b_mn_major != first.b_mn_major ||
           x.accumulate != first.accumulate) {
         throw std::runtime_error("wgmma.mma_async at " + where(file, line) + ": thread " + std::to_string(i) +
                                  " of the warpgroup gives other operands (descriptors, shape or flags) than thread 0");
@@ -543,10 +546,10 @@ void wgmma_commit(const char* file, int line) {
 
 void wgmma_wait(int n, const char* file, int line) {
   Issue mine{};
-  mine.regs = n;
+  mine.count = n;
   warpgroup("wgmma.wait_group", mine, [file, line, n](Warpgroup& g) {
     for (int i = 0; i < kWarpgroup; ++i) {
-      if (g.args[i]->regs != n) throw std::runtime_error("wgmma.wait_group at " + where(file, line) + ": threads disagree on N");
+      if (g.args[i]->count != n) throw std::runtime_error("wgmma.wait_group at " + where(file, line) + ": threads disagree on N");
     }
     while (static_cast<int>(g.committed.size()) > n) {
       for (const Product& p : g.committed.front()) execute(p);
@@ -561,10 +564,10 @@ void setmaxnreg(int regs, const char* file, int line) {
                              " registers (24 to 256, a multiple of 8)");
   }
   Issue mine{};
-  mine.regs = regs;
+  mine.count = regs;
   warpgroup("setmaxnreg", mine, [file, line](Warpgroup& g) {
     for (int i = 0; i < kWarpgroup; ++i) {
-      if (g.args[i]->regs != g.args[0]->regs) {
+      if (g.args[i]->count != g.args[0]->count) {
         throw std::runtime_error("setmaxnreg at " + where(file, line) + ": threads of a warpgroup disagree on the count");
       }
     }

@@ -603,8 +603,6 @@ void* dynamic_shared_base() { return g_block ? g_dynamic_smem : nullptr; }
 
 std::size_t dynamic_shared_bytes() { return g_block && g_dynamic_smem ? g_block->config->smem : 0; }
 
-int block_threads() { return g_block ? static_cast<int>(g_block->threads.size()) : 0; }
-
 void fence() { race::fence(); }
 
 bool racecheck_built() { return race::built(); }

@@ -125,8 +125,6 @@ void* dynamic_shared_base();
 /// Its size in bytes (0 outside a launch).
 std::size_t dynamic_shared_bytes();
 
-/// Threads per block of the running launch.
-int block_threads();
 
 /// Registers a static __shared__ variable for poison_shared and the race detector.
 struct SharedRegion {
