@@ -13,11 +13,12 @@
 # detector, which does not model mbarriers and named barriers.
 define_property(GLOBAL PROPERTY FA_STAGES BRIEF_DOCS "stage ids in order" FULL_DOCS "for the tour")
 
-# fa_cpu_kernel_library(<target> [NO_RACECHECK] <file.cu>...): a library of kernel files
-# built for the CPU backend. Each .cu is rewritten by fa_cu2cpp into a .cpp that keeps its
-# line numbers. NO_RACECHECK: without the race detector's instrumentation.
+# fa_cpu_kernel_library(<target> [NO_RACECHECK <bool>] <file.cu>...): a library of kernel
+# files built for the CPU backend. Each .cu is rewritten by fa_cu2cpp into a .cpp that keeps
+# its line numbers. NO_RACECHECK true: without the race detector's instrumentation (kept
+# as the target's property FA_NO_RACECHECK, so that a planted copy is built the same way).
 function(fa_cpu_kernel_library target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_RACECHECK" "" "")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "NO_RACECHECK" "")
   set(generated "")
   foreach(cu IN LISTS ARG_UNPARSED_ARGUMENTS)
     get_filename_component(abs ${cu} ABSOLUTE)
@@ -30,6 +31,7 @@ function(fa_cpu_kernel_library target)
     list(APPEND generated ${out})
   endforeach()
   add_library(${target} STATIC ${generated})
+  set_target_properties(${target} PROPERTIES FA_NO_RACECHECK "${ARG_NO_RACECHECK}")
   target_link_libraries(${target} PUBLIC fa_runtime_cpu)
   target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   # Only the rewritten kernel files see the CUDA keywords of kernel.h. With the race
@@ -55,11 +57,7 @@ function(fa_add_stage id)
     return()
   endif()
   if(FA_HAVE_CPU_BACKEND)
-    set(race "")
-    if(ARG_HOPPER_ONLY)
-      set(race NO_RACECHECK)
-    endif()
-    fa_cpu_kernel_library(fa_stage${id}_cpu ${race} ${ARG_KERNELS})
+    fa_cpu_kernel_library(fa_stage${id}_cpu NO_RACECHECK ${ARG_HOPPER_ONLY} ${ARG_KERNELS})
     target_sources(fa_stage${id}_cpu PRIVATE ${ARG_SOURCES})
     foreach(dep IN LISTS ARG_DEPENDS)
       target_link_libraries(fa_stage${id}_cpu PUBLIC fa_stage${dep}_cpu)
@@ -97,17 +95,16 @@ function(fa_add_stage id)
   endif()
 endfunction()
 
-# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <text> WRONG <text>
-#                     [CPU_ONLY] [NO_RACECHECK])
+# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <text> WRONG <text> [CPU_ONLY])
 #
 # A planted bug for stage <id>'s tests: a copy of KERNEL with the text RIGHT replaced by
 # WRONG and namespace <ns> renamed <ns>::planted, built for each backend (CPU_ONLY: for the
-# CPU backend alone, where the bug shows on every run) and linked into the stage's test
-# binaries, which must see its checks fail. NO_RACECHECK as for fa_cpu_kernel_library.
+# CPU backend alone, where the bug shows on every run) as the stage's kernels are, and
+# linked into the stage's test binaries, which must see its checks fail.
 # Configuring fails if RIGHT is no longer in the kernel, so the bug cannot silently stop
 # being planted.
 function(fa_add_planted_copy id)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "CPU_ONLY;NO_RACECHECK" "KERNEL;NAMESPACE;RIGHT;WRONG" "")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "CPU_ONLY" "KERNEL;NAMESPACE;RIGHT;WRONG" "")
   if(NOT FA_BUILD_TESTS)
     return()
   endif()
@@ -126,11 +123,8 @@ function(fa_add_planted_copy id)
   configure_file(${planted}.tmp ${planted} COPYONLY)  # rewritten only when it changes
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${kernel})
   if(FA_HAVE_CPU_BACKEND)
-    set(race "")
-    if(ARG_NO_RACECHECK)
-      set(race NO_RACECHECK)
-    endif()
-    fa_cpu_kernel_library(fa_stage${id}_planted_cpu ${race} ${planted})
+    get_target_property(no_race fa_stage${id}_cpu FA_NO_RACECHECK)
+    fa_cpu_kernel_library(fa_stage${id}_planted_cpu NO_RACECHECK "${no_race}" ${planted})
     target_link_libraries(test_stage${id}_cpu PRIVATE fa_stage${id}_planted_cpu)
   endif()
   if(FA_HAVE_CUDA AND NOT ARG_CPU_ONLY)
