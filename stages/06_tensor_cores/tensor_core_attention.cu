@@ -50,6 +50,8 @@ using tc::ldmatrix_x4;
 using tc::ldmatrix_x4_trans;
 using tc::mma_m16n8k16;
 using tc::pack2;
+using tc::quad_max;
+using tc::quad_sum;
 
 constexpr int WARPS = Br / 16;       ///< one warp per 16 query rows (the mma's M)
 constexpr int THREADS = 32 * WARPS;  ///< threads per block
@@ -80,17 +82,6 @@ __device__ void load_tile(T* tile, const T* src, int rows, int valid) {
     if (r < valid) v = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r) * D + c);
     *reinterpret_cast<uint4*>(tile + r * stride<D>() + c) = v;
   }
-}
-
-/// Max (or sum) over the quad of lanes that holds one row of a C fragment (lanes 4g .. 4g+3).
-__device__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-/// See quad_max.
-__device__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 /// One block per (Q tile, batch·head), flattened into blockIdx.x: K/V tiles inner.

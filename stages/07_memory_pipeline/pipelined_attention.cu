@@ -62,6 +62,9 @@ using tc::ldmatrix_x4;
 using tc::ldmatrix_x4_trans;
 using tc::mma_m16n8k16;
 using tc::pack2;
+using tc::quad_max;
+using tc::quad_sum;
+using tc::row_reduce;
 
 constexpr int M_TILES = FA07_M_TILES;     ///< 16-row m-tiles per warp: each K/V fragment feeds them all
 constexpr int WARPS = Br / (16 * M_TILES);  ///< warps per block
@@ -154,32 +157,6 @@ struct TileCopy {
     }
   }
 };
-
-/// Max (or sum) over the quad of lanes that holds one row of a C fragment (lanes 4g .. 4g+3).
-__device__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-/// See quad_max.
-__device__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-/// Max (op = fmaxf) or sum (op = add) of this lane's 2·N scores of one row (h = 0: row g,
-/// h = 1: row g + 8) of N C fragments, as a tree: log2(2N) dependent steps instead of 2N.
-template <int N, typename Op>
-__device__ __forceinline__ float row_reduce(const float (&c)[N][4], int h, Op op) {
-  float v[N];
-#pragma unroll
-  for (int n = 0; n < N; ++n) v[n] = op(c[n][2 * h], c[n][2 * h + 1]);
-#pragma unroll
-  for (int w = 1; w < N; w *= 2) {
-#pragma unroll
-    for (int n = 0; n + w < N; n += 2 * w) v[n] = op(v[n], v[n + w]);
-  }
-  return v[0];
-}
 
 /// One block per (Q tile, batch·head), flattened into blockIdx.x. T is __half or __nv_bfloat16.
 template <typename T, int D>
