@@ -6,6 +6,7 @@
 # Usage: bash benchmarks/bars.sh [build-dir] [out-dir]
 #   build-dir must hold fa_bench and lib/libfa_inputs.so (default build/); rows go to
 #   out-dir/bars.csv (fa_bench and PyTorch rows in one CSV) and out-dir/bars.log.
+#   STAGES=07_memory_pipeline,08_hopper (say) times only those stages beside SDPA.
 set -uo pipefail
 build=${1:-build}
 out=${2:-benchmarks/results/bars}
@@ -20,7 +21,7 @@ for causal in "" "--causal"; do
   for shape in "${shapes[@]}"; do
     n=$((n + 1))
     # shellcheck disable=SC2086  # the shape is a list of flags
-    "$build/bin/fa_bench" --stages 05_flash2,06_tensor_cores,07_memory_pipeline,08_hopper --precisions fp32,fp16,bf16 $shape $causal \
+    "$build/bin/fa_bench" --stages "${STAGES:-05_flash2,06_tensor_cores,07_memory_pipeline,08_hopper}" --precisions fp32,fp16,bf16 $shape $causal \
       --repeats 20 --min-repeats 5 --csv "$tmp/stages$n.csv" 2>&1 | tee -a "$log"
     # shellcheck disable=SC2086
     python3 benchmarks/torch_sdpa.py --lib "$build/lib/libfa_inputs.so" --precisions fp16,bf16 $shape $causal \

@@ -75,7 +75,16 @@ struct Shape {
   /// Q buffers: with 2, a block's tiles take them in turn, and the producer copies the next
   /// tile's Q while this one still runs (at d = 128 the K/V ring leaves no room for a second).
   static constexpr int QB = D == 64 ? FA08_Q_BUFFERS_D64 : 1;
+  /// P buffers: with 2, tiles take them in turn, and P_{j+1} is written while P_j·V_j still
+  /// reads P_j (at d = 128 there are not the registers for a second).
+  static constexpr int PB = D == 64 ? FA08_P_BUFFERS_D64 : 1;
+  /// Lazy rescaling (FA08_LAZY_RESCALE): see softmax in the kernel.
+  static constexpr bool LAZY = FA08_LAZY_RESCALE == 2 || (FA08_LAZY_RESCALE == 1 && D == 128);
 };
+
+/// The lazy rescale's slack, in base-2 units: with FA08_LAZY_RESCALE a row's max moves only
+/// when a score passes it by more than this, so P ≤ 2^8, which fp16 and bf16 hold.
+constexpr float RESCALE_SLACK = 8.0f;
 
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
 /// 128-byte swizzle repeats every 1024 bytes and the tensor cores expect it aligned).
@@ -223,7 +232,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     float o[D / 2];  // O: 64 × D per warpgroup, the wgmma accumulator layout
     float m[2], l[2];  // l: this thread's part of the row sum
     float s[Bc / 2];  // S: 64 × Bc per warpgroup
-    uint32_t p[Bc / 16][4];  // P (16-bit pairs): the A operand of P·V
+    uint32_t p[Shape<D>::PB][Bc / 16][4];  // P (16-bit pairs): the A operand of P·V
     int it = 0;  // ring position of the tile's first K/V tile
     int i0 = 0, row0 = 0;  // the Q tile's first row; this thread's rows: row0 and row0 + 8
     int qb = 0;  // the Q buffer of the tile
@@ -245,7 +254,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     };
 
     // O += P·V_j: Bc/16 products of 64×16 (P, registers) by 16×D (V, MN-major), issued.
-    const auto issue_pv = [&](int j) {
+    const auto issue_pv = [&](int j, const uint32_t(&pj)[Bc / 16][4]) {
       const int slot = (it + j) % STAGES;
       const uint8_t* Vs = smem + L::v + slot * L::KV_BYTES;
       mbarrier_wait(&v_full[slot], ((it + j) / STAGES) & 1);
@@ -254,59 +263,74 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
         const uint64_t b = smem_desc(Vs + kk * 16 * 128, Bc * 128, 1024);
-        wgmma_rs<T, D>(o, p[kk], b, true);
+        wgmma_rs<T, D>(o, pj[kk], b, true);
       }
       wgmma_commit();
     };
     const auto release = [&](int j) { mbarrier_arrive(&empty[(it + j) % STAGES]); };
 
+    // A row's max or sum over this thread's part of it (FA08_TREE_REDUCE: as a tree, in
+    // log2(Bc/4) dependent steps; else one value after the other, Bc/4 steps).
+    const auto reduce = [&](int r, auto op) {
+      if (FA08_TREE_REDUCE) return tc::row_reduce(s, r, op);
+      float x = op(s[2 * r], s[2 * r + 1]);
+#pragma unroll
+      for (int n = 1; n < Bc / 8; ++n) x = op(op(x, s[4 * n + 2 * r]), s[4 * n + 2 * r + 1]);
+      return x;
+    };
+
     // The online softmax of tile j on this thread's two rows (each row lives in one quad of
     // lanes), in S's registers: S becomes 2^(S·scale·log2 e − m_new); m and l move on, and
-    // alpha is returned, by which O is still to be rescaled.
+    // alpha is returned, by which O is still to be rescaled. With lazy rescaling
+    // (Shape::LAZY, as in stage 07) m moves only when the tile's max passes it by more than
+    // RESCALE_SLACK: P may then exceed 1, up to 2^8, but O and l share the same m and O / l
+    // is unchanged; a warp none of whose rows moved skips O's rescale. Returns whether
+    // either of this thread's rows moved.
     const auto softmax = [&](int j, float(&alpha)[2]) {
       const int j0 = j * Bc;
-      const bool needs_mask = j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0 + 64 * cw);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = row0 + 8 * r;
-        float mx = -INFINITY;
+      // One test a tile, and the mask only where it crosses the end or the diagonal. (A test
+      // of that condition inside the loops below compiled to a compare and a select on every
+      // score of every tile: a quarter more instructions, 13% more time at d = 64.)
+      if (j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0 + 64 * cw)) {
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = j0 + 8 * n + 2 * t + e;
-            float& x = s[4 * n + 2 * r + e];
-            if (needs_mask && (col >= seq_kv || (causal && col > row))) x = -INFINITY;
-            mx = fmaxf(mx, x);
+          for (int e = 0; e < 4; ++e) {
+            const int row = row0 + 8 * (e / 2), col = j0 + 8 * n + 2 * t + e % 2;
+            if (col >= seq_kv || (causal && col > row)) s[4 * n + e] = -INFINITY;
           }
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every row sees key 0 in tile 0
-        alpha[r] = pipe::fast_exp2<true>(m[r] - m_new);   // 0 on the first tile
-        float sum = 0.0f;
+      }
+      bool moved = false;  // has either row's max moved?
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float mx = tc::quad_max(reduce(r, [](float a, float b) { return fmaxf(a, b); })) * scale_log2;
+        // finite: every row sees key 0 in tile 0
+        const float m_new = Shape<D>::LAZY ? (mx > m[r] + RESCALE_SLACK ? mx : m[r]) : fmaxf(m[r], mx);
+        alpha[r] = pipe::fast_exp2<true>(m[r] - m_new);  // 0 on the first tile
+        moved |= m_new != m[r];
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = s[4 * n + 2 * r + e];
             x = pipe::fast_exp2<true>(fmaf(x, scale_log2, -m_new));
-            sum += x;
           }
         }
-        l[r] = alpha[r] * l[r] + sum;
+        l[r] = alpha[r] * l[r] + reduce(r, [](float a, float b) { return a + b; });
         m[r] = m_new;
       }
+      return moved;
     };
 
     // P, rounded to T, as the A operand of P·V: two 8-column pieces of S are one A fragment.
-    const auto make_p = [&] {
+    const auto make_p = [&](uint32_t(&pj)[Bc / 16][4]) {
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
-        p[kk][0] = tc::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        p[kk][1] = tc::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        p[kk][2] = tc::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        p[kk][3] = tc::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+        pj[kk][0] = tc::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        pj[kk][1] = tc::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        pj[kk][2] = tc::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        pj[kk][3] = tc::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
       }
     };
 
@@ -329,14 +353,15 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
       if (PINGPONG) named_barrier_arrive(1 + (cw + 1) % C, 2 * WG);
     };
 
-    // One K/V tile that has a next one: P_j (made already) times V_j, and S_{j+1} made into
-    // P_{j+1}. With FA08_OVERLAP, S_{j+1} is issued before P_j·V_j and its softmax runs while
-    // the tensor cores still multiply P_j·V_j; P_{j+1} is written, and O rescaled, once that
-    // product is done (it still reads P_j's registers and adds into O).
-    const auto tile = [&](int j) {
+    // One K/V tile that has a next one: P_j (made already, in pj) times V_j, and S_{j+1}
+    // made into P_{j+1} (in pn). With FA08_OVERLAP, S_{j+1} is issued before P_j·V_j and its
+    // softmax runs while the tensor cores still multiply P_j·V_j; O is rescaled once that
+    // product is done (it adds into O), and so is P_{j+1} written, unless it has a buffer of
+    // its own (FA08_P_BUFFERS_D64 = 2: pn is not pj).
+    const auto tile = [&](int j, const uint32_t(&pj)[Bc / 16][4], uint32_t(&pn)[Bc / 16][4]) {
       my_turn();
       if (FA08_OVERLAP) issue_s(j + 1);
-      issue_pv(j);
+      issue_pv(j, pj);
       next_turn();
       if (!FA08_OVERLAP) {
         wgmma_wait<0>();
@@ -346,19 +371,20 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
       wgmma_wait<FA08_OVERLAP>();  // S_{j+1} is done; P_j·V_j may still run
       fence_registers(s);
       float alpha[2];
-      softmax(j + 1, alpha);
+      const bool moved = softmax(j + 1, alpha);
+      if (Shape<D>::PB == 2) make_p(pn);
       wgmma_wait<0>();
       fence_registers(o);
       if (FA08_OVERLAP) release(j);  // this thread is done with the slot's K and V
-      make_p();
-      rescale_o(alpha);
+      if (Shape<D>::PB == 1) make_p(pn);
+      if (!Shape<D>::LAZY || __any_sync(0xffffffffu, moved)) rescale_o(alpha);
     };
     // The last tile: P·V only. Every S product of the Q tile is done, so the Q buffer is
     // handed back first: the producer may copy the next tile's Q while this one finishes.
-    const auto last_tile = [&](int j) {
+    const auto last_tile = [&](int j, const uint32_t(&pj)[Bc / 16][4]) {
       mbarrier_arrive(&q_empty[qb]);
       my_turn();
-      issue_pv(j);
+      issue_pv(j, pj);
       next_turn();
       wgmma_wait<0>();
       fence_registers(o);
@@ -387,9 +413,25 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
         float alpha[2];  // O is still 0: nothing to rescale
         softmax(0, alpha);
       }
-      make_p();
-      for (int j = 0; j + 1 < n_tiles; ++j) tile(j);
-      last_tile(n_tiles - 1);
+      make_p(p[0]);
+      if constexpr (Shape<D>::PB == 1) {
+        for (int j = 0; j + 1 < n_tiles; ++j) tile(j, p[0], p[0]);
+        last_tile(n_tiles - 1, p[0]);
+      } else {
+        // P_j lives in p[j % 2]: the loop takes two tiles a step, so that each names its
+        // buffers at compile time (registers cannot be indexed at run time).
+        int j = 0;
+        for (; j + 2 < n_tiles; j += 2) {
+          tile(j, p[0], p[1]);
+          tile(j + 1, p[1], p[0]);
+        }
+        if (j + 1 < n_tiles) {
+          tile(j, p[0], p[1]);
+          last_tile(j + 1, p[1]);
+        } else {
+          last_tile(j, p[0]);
+        }
+      }
       it += n_tiles;
 
       // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.

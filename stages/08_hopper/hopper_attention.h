@@ -40,8 +40,17 @@ constexpr int Bc = 128;  ///< key/value rows per tile (one TMA box each of K and
 #ifndef FA08_PERSISTENT
 #define FA08_PERSISTENT 2  ///< one block a multiprocessor (1: always; 0: a block a tile; 2: see persistent())
 #endif
+#ifndef FA08_TREE_REDUCE
+#define FA08_TREE_REDUCE 1  ///< a row's max and sum as a tree (0: one long chain of dependent steps)
+#endif
+#ifndef FA08_LAZY_RESCALE
+#define FA08_LAZY_RESCALE 1  ///< a row's max moves only by more than 2^8 (stage 07's lazy rescaling; 1: at d = 128, 2: always)
+#endif
+#ifndef FA08_P_BUFFERS_D64
+#define FA08_P_BUFFERS_D64 1  ///< P's registers at d = 64 (2: P_{j+1} is made while P_j·V_j still runs); d = 128 has 1
+#endif
 #ifndef FA08_Q_BUFFERS_D64
-#define FA08_Q_BUFFERS_D64 1  ///< Q buffers at d = 64 (2: the next tile's Q is copied while this one runs); d = 128 has 1
+#define FA08_Q_BUFFERS_D64 2  ///< Q buffers at d = 64 (2: the next tile's Q is copied while this one runs); d = 128 has 1
 #endif
 ///@}
 
