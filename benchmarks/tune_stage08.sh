@@ -24,7 +24,11 @@ variants=(
   "no_overlap:-DFA08_OVERLAP=0"                             # each product waited for at once
   "ring2:-DFA08_STAGES=2"                                   # two K/V slots
   "no_pingpong:-DFA08_PINGPONG=0"                           # the consumers do not take turns
-  "q_double:-DFA08_Q_BUFFERS_D64=2"                         # d = 64: the next tile's Q copied during this one
+  "serial_reduce:-DFA08_TREE_REDUCE=0"                      # a row's max and sum in one chain each
+  "one_q_buffer:-DFA08_Q_BUFFERS_D64=1"                     # d = 64: the next tile's Q copied after this one's last S
+  "p_double:-DFA08_P_BUFFERS_D64=2"                         # d = 64: P_{j+1} made while P_j·V_j runs
+  "eager:-DFA08_LAZY_RESCALE=0"                             # O rescaled at every tile at d = 128 too
+  "lazy_all:-DFA08_LAZY_RESCALE=2"                          # lazy rescaling at d = 64 too
 )
 build_variants "$out" stage08_hopper
 for v in "${variants[@]}"; do
