@@ -449,7 +449,7 @@ struct MmaLayout {
 /// One block: the keys of split blockIdx.y of one KV head for up to 16 of its query rows,
 /// on tensor cores (T is __half or __nv_bfloat16); see the comment above.
 template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, FA09_MMA_MIN_BLOCKS)
     split_kernel_mma(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                      const int* __restrict__ kv_lens, Params prm, T* __restrict__ O, float* __restrict__ lse,
                      float* __restrict__ part_acc, Stats* __restrict__ part_stats) {

@@ -28,6 +28,11 @@ constexpr int UNROLL = FA09_UNROLL;  ///< loads of K and of V in flight per lane
 /// Blocks per multiprocessor the compiler must leave registers for, unless the build overrides it.
 #define FA09_MIN_BLOCKS 1
 #endif
+#ifndef FA09_MMA_MIN_BLOCKS
+/// The same for the tensor-core kernel: 3 keeps d = 128 at three blocks a multiprocessor
+/// (160 registers; left to itself the compiler takes 173, which allows two).
+#define FA09_MMA_MIN_BLOCKS 3
+#endif
 #ifndef FA09_PDL
 /// 1: the merge kernel is launched with programmatic dependent launch (GPU backend); 0: plainly.
 #define FA09_PDL 1
