@@ -45,6 +45,8 @@ SERIES = [
     ("06_tensor_cores", "bf16", "06 tensor cores BF16", "#e6550d", "4,4", False),
     ("07_memory_pipeline", "fp16", "07 memory pipeline FP16", "#6a3d9a", "8,3,2,3", True),
     ("07_memory_pipeline", "bf16", "07 memory pipeline BF16", "#6a3d9a", "4,4", False),
+    ("08_hopper", "fp16", "08 Hopper FP16", "#31a354", "8,3,2,3", True),
+    ("08_hopper", "bf16", "08 Hopper BF16", "#31a354", "4,4", False),
     ("cublas_baseline", "fp32", "cuBLAS GEMM + softmax + GEMM", "#7f7f7f", "6,3", True),
 ]
 for _prec, _dash in (("fp32", "2,3"), ("fp16", "8,3,2,3"), ("bf16", "4,4")):
@@ -258,11 +260,17 @@ def index_rows(rows):
     return out
 
 
+def out_of_memory(r):
+    """Whether a skipped row was skipped for memory (not for a head dim or a GPU the stage refuses)."""
+    note = r.get("note") or ""
+    return note.startswith(("needs ", "Q, K, V alone")) or "out of memory" in note
+
+
 def cell(r):
     if r is None:
         return ""
-    if r["status"] in ("skipped",):
-        return "does not fit"
+    if r["status"] == "skipped":
+        return "does not fit" if out_of_memory(r) else "not run"
     if r["status"] == "unsupported":
         return "unsupported"
     ms = fnum(r["median_ms"])
@@ -328,7 +336,7 @@ def headlines(idx, dim=SEEDS_D, n=SEEDS_N):
         P = prec.upper()
         out.append(f"stage 06 in {P} vs stage 05 in FP32: {ratio(ms('05_flash2'), ms('06_tensor_cores', prec))} "
                    f"({t('05_flash2')} -> {t('06_tensor_cores', prec)})")
-        for stage in ("06_tensor_cores", "07_memory_pipeline"):
+        for stage in ("06_tensor_cores", "07_memory_pipeline", "08_hopper"):
             if stage != "06_tensor_cores" and ms(stage, prec):
                 out.append(f"stage {stage[:2]} in {P} vs stage 06: {ratio(ms('06_tensor_cores', prec), ms(stage, prec))} "
                            f"({t('06_tensor_cores', prec)} -> {t(stage, prec)})")
@@ -469,7 +477,9 @@ def main():
             "inputs and output in that type, accumulation in FP32), TF32 off, "
             f"B={bench[0]['batch']} H={bench[0]['heads']}, non-causal, inputs uniform in [-1, 1]; every run's "
             "output was compared with the float64 reference on a sample of rows. "
-            "\"does not fit\": the N x N matrix exceeds device memory."]
+            "\"does not fit\": the N x N matrix exceeds device memory."
+            + (" \"not run\": the stage does not run that head dimension, or needs another GPU."
+               if any(r["status"] == "skipped" and not out_of_memory(r) for r in bench) else "")]
     full = ["# Benchmark results", ""] + head + [""]
     if (SEEDS_D in dims) and SEEDS_N in seqs:
         full += [f"## The seeds' shape: N={SEEDS_N}, d={SEEDS_D}", "", seeds_table(idx), "", "Headline ratios:", ""]
