@@ -742,7 +742,8 @@ Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) {
     // most SMs idle at the end. The longest sequence gets at most L / MIN_CHUNK splits.
     const int64_t per_sm = std::min<int64_t>(FA09_BLOCKS_PER_SM, resident_blocks_per_sm(p, plan.rows_per_block));
     const int64_t wave = per_sm * std::max(sm_count, 1);
-    int64_t lo = (longest + std::max(int64_t{1}, longest / MIN_CHUNK) - 1) / std::max(int64_t{1}, longest / MIN_CHUNK);
+    const int64_t most_splits = std::max(int64_t{1}, longest / MIN_CHUNK);
+    int64_t lo = (longest + most_splits - 1) / most_splits;  // the smallest chunk allowed
     int64_t hi = longest;  // one split a sequence: taken if even that is more than a wave
     while (lo < hi) {      // chunks_of() only falls as the chunk grows
       const int64_t mid = lo + (hi - lo) / 2;
