@@ -98,6 +98,21 @@ TEST_CASE("stage 08 over a long K/V sequence: a block for each Q tile", "[stage0
       [](const fa::AttentionProblem& p) { REQUIRE_FALSE(fa::hopper::persistent(p)); });
 }
 
+// The battery's large logits are at d = 64; lazy rescaling runs at d = 128, where a row's
+// maximum moving by more than its slack (2^8) in a later tile must rescale O and l. Inputs
+// in [-30, 30] give logits in the thousands, whose maxima keep jumping from tile to tile
+// (Nkv = 600: five K/V tiles).
+TEST_CASE("stage 08 at d = 128 with large logits, lazy rescaling at work", "[stage08][lazy]") {
+  for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
+    for (bool causal : {false, true}) {
+      const fa::AttentionProblem p = fa::make_problem(1, 2, 150, 600, 128, 0.0, causal, dtype);
+      const fa::test::StageResult r = fa::test::run_and_check(p, run_stage08, 13, 30.0f, true);
+      for (float x : r.o) REQUIRE(std::isfinite(x));
+      fa::test::require_passed(p, r);
+    }
+  }
+}
+
 TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[stage08]") {
   const fa::DeviceTensors none{nullptr, nullptr, nullptr, nullptr};
   REQUIRE_THROWS_WITH(run_stage08(fa::make_problem(1, 1, 8, 8, 64), none), fa::test::HasSubstring("fp16 or bf16"));
