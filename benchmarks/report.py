@@ -336,10 +336,11 @@ def headlines(idx, dim=SEEDS_D, n=SEEDS_N):
         P = prec.upper()
         out.append(f"stage 06 in {P} vs stage 05 in FP32: {ratio(ms('05_flash2'), ms('06_tensor_cores', prec))} "
                    f"({t('05_flash2')} -> {t('06_tensor_cores', prec)})")
-        for stage in ("06_tensor_cores", "07_memory_pipeline", "08_hopper"):
-            if stage != "06_tensor_cores" and ms(stage, prec):
-                out.append(f"stage {stage[:2]} in {P} vs stage 06: {ratio(ms('06_tensor_cores', prec), ms(stage, prec))} "
-                           f"({t('06_tensor_cores', prec)} -> {t(stage, prec)})")
+        tensor_core_stages = ("06_tensor_cores", "07_memory_pipeline", "08_hopper")
+        for before, stage in zip((None,) + tensor_core_stages, tensor_core_stages):
+            if before and ms(before, prec) and ms(stage, prec):  # each beside the stage it builds on
+                out.append(f"stage {stage[:2]} in {P} vs stage {before[:2]}: "
+                           f"{ratio(ms(before, prec), ms(stage, prec))} ({t(before, prec)} -> {t(stage, prec)})")
             for be, label in (("sdpa_flash", "flash"), ("sdpa_cudnn", "cuDNN")):
                 a, b = ms(be, prec), ms(stage, prec)
                 if a and b:
