@@ -1,10 +1,10 @@
 // Stage 08 against the float64 reference in fp16 and bf16: the standard battery at d = 64
 // and 128, the log-sum-exp included, and shapes that wrap the K/V ring many times, that
-// give a block several Q tiles, and that run a block for each tile. On a GPU they need a
-// Hopper (skipped, never passed, without one); on the CPU backend they run through its
-// emulation of TMA, mbarriers and wgmma, on fewer heads (its one "multiprocessor" makes
-// every persistent block take all the tiles anyway), and a planted copy of the kernel
-// that releases a K/V slot too early must be reported there.
+// give a block several Q tiles, and that run a block for each tile (at d = 128). On a GPU
+// they need a Hopper (skipped, never passed, without one); on the CPU backend they run
+// through its emulation of TMA, mbarriers and wgmma, on fewer heads (its one
+// "multiprocessor" makes every persistent block take all the tiles anyway), and a planted
+// copy of the kernel that releases a K/V slot too early must be reported there.
 #include <cmath>
 #include <vector>
 
@@ -87,15 +87,16 @@ TEST_CASE("stage 08 with more Q tiles than multiprocessors: a block takes severa
       [](const fa::AttentionProblem& p) { REQUIRE(fa::hopper::persistent(p)); });
 }
 
-// Over 64 K/V tiles a head the kernel runs a block for each Q tile instead (persistent());
-// causal too, with Nq < Nkv, so that every row sees many tiles.
-TEST_CASE("stage 08 over a long K/V sequence: a block for each Q tile", "[stage08][long]") {
+// Over 64 K/V tiles a head, at d = 128 the kernel runs a block for each Q tile instead
+// (persistent()); at d = 64 one block a multiprocessor still takes tile after tile, each of
+// them long. Causal too, with Nq < Nkv, so that every row sees many tiles.
+TEST_CASE("stage 08 over a long K/V sequence: a block for each Q tile at d = 128", "[stage08][long]") {
   check_each(
       80,
       [](fa::DType dtype, int64_t d, bool causal) {
         return fa::make_problem(1, FA_CPU_BACKEND ? 1 : 2, kLongRows, 8300, d, 0.0, causal, dtype);
       },
-      [](const fa::AttentionProblem& p) { REQUIRE_FALSE(fa::hopper::persistent(p)); });
+      [](const fa::AttentionProblem& p) { REQUIRE(fa::hopper::persistent(p) == (p.dim == 64)); });
 }
 
 // The battery's large logits are at d = 64; lazy rescaling runs at d = 128, where a row's

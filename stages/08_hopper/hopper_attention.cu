@@ -33,9 +33,9 @@
  * products (FA08_OVERLAP, FA08_PINGPONG: the README's optimisation log measures each).
  * Cost: no workspace; HBM traffic as stage 07 (Q and O once, K and V once per Q tile).
  * Parallelism: B·H·⌈Nq/128⌉ Q tiles, for blocks of 384 threads, one block a multiprocessor:
- * up to Nkv = 8192 one block on each multiprocessor takes tile after tile (persistent()),
- * the producer copying the next tile's Q and K/V while the consumers finish the last one;
- * beyond, a block for each tile.
+ * at d = 64, and at d = 128 up to Nkv = 8192, one block on each multiprocessor takes tile
+ * after tile (persistent()), the producer copying the next tile's Q and K/V while the
+ * consumers finish the last one; at d = 128 beyond that, a block for each tile.
  *
  * Run: `stage08_hopper --dim 128` (needs a Hopper GPU), or `stage08_hopper_cpu --dim 128` (the CPU
  * backend's emulation of these instructions, on any machine)
@@ -537,7 +537,8 @@ int block_rows(int64_t d) { return 64 * consumers(d); }
 
 bool persistent(const AttentionProblem& p) {
   if (FA08_PERSISTENT != 2) return FA08_PERSISTENT != 0;
-  return (p.seq_kv + Bc - 1) / Bc <= 64;  // short tiles: Nkv ≤ 8192
+  // d = 64 at every length; d = 128 where tiles are short: Nkv ≤ 8192 (the log measures both)
+  return p.dim == 64 || (p.seq_kv + Bc - 1) / Bc <= 64;
 }
 
 double hbm_bytes_model(const AttentionProblem& p) { return q_outer_hbm_bytes(p, block_rows(p.dim)); }
