@@ -63,9 +63,10 @@ int consumers(int64_t d);
 /// Whether the kernel runs with one block a multiprocessor, each taking Q tiles (or pairs
 /// of them) one after another, rather than a block for each Q tile. With FA08_PERSISTENT = 2
 /// (the default): at d = 64 always, and at d = 128 when a head has at most 64 K/V tiles
-/// (Nkv ≤ 8192). Starting and ending a Q tile (the wait for its first copies, the stores of
-/// O) is then a larger share of its run; at d = 128 over long K/V sequences the static
-/// schedule's last round costs about what it saves (the README's log measures both).
+/// (Nkv ≤ 8192), where a Q tile's run is short and starting and ending it (the wait for its
+/// first copies, the stores of O) is a larger share of it; at d = 128 over long K/V
+/// sequences the static schedule's last round costs about what it saves (the README's log
+/// measures both).
 bool persistent(const AttentionProblem& p);
 
 /// Whether this build has stage 08's kernels (nvcc with sm_90a) and this process's GPU
