@@ -25,6 +25,20 @@ build_variants() {
   wait
 }
 
+# build_once OUT TARGET...: builds the targets once in OUT/build with -Xptxas -v, so that
+# ptxas' register and spill report for every kernel, each variant of a stage's typed
+# configuration among them, lands in OUT/build.log.
+build_once() {
+  local out=$1
+  shift
+  local targets=() t
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake -S . -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_TESTS=OFF -DFA_BUILD_DOCS=OFF \
+    -DCMAKE_CUDA_FLAGS="-Xptxas -v" > "$out/configure.log" 2>&1 &&
+    cmake --build "$out/build" "${targets[@]}" > "$out/build.log" 2>&1 ||
+    echo "build failed (see $out/build.log)"
+}
+
 # ptxas_usage LOG PATTERN: "Used N registers" and "M bytes spill stores" of the first kernel
 # in a build log whose mangled name matches PATTERN.
 ptxas_usage() {

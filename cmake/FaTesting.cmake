@@ -4,15 +4,19 @@ find_package(Catch2 REQUIRED)
 # main) in 3.x; tests/test_main.cpp provides main() for both.
 set(FA_CATCH_TARGET Catch2::Catch2)
 message(STATUS "Catch2 ${Catch2_VERSION} (${Catch2_DIR})")
+# Catch2's implementation, compiled once for every test binary.
+add_library(fa_catch_session STATIC ${PROJECT_SOURCE_DIR}/tests/catch_session.cpp)
+target_link_libraries(fa_catch_session PUBLIC ${FA_CATCH_TARGET})
+target_include_directories(fa_catch_session PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(fa_catch_session PUBLIC FA_CATCH2_MAJOR=${Catch2_VERSION_MAJOR})
 
 # fa_add_catch_test(<name> BACKEND none|cuda|cpu SOURCES ... LIBS ...)
 # A `cuda` test binary exits with 77 when no GPU is present; CTest shows it as skipped.
 function(fa_add_catch_test name)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "" "BACKEND" "SOURCES;LIBS")
   add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} ${FA_CATCH_TARGET})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} fa_catch_session)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
-  target_compile_definitions(${name} PRIVATE FA_CATCH2_MAJOR=${Catch2_VERSION_MAJOR})
   if(NOT ARG_BACKEND STREQUAL "none")
     target_compile_definitions(${name} PRIVATE FA_TEST_NEEDS_DEVICE=1)
   endif()

@@ -86,6 +86,7 @@ struct DemoOptions {
   bool dry_run = false;    ///< --dry-run: check and size the run, estimate its time, run nothing
   std::string load_dir;    ///< --load
   std::string save_dir;    ///< --save
+  std::string variant;     ///< --variant: a stage's variant (StageDemo::variants); empty: the finished kernel
 };
 
 /// Defaults for demos: the seeds' shape on a GPU, a small one on the CPU backend.

@@ -25,13 +25,19 @@ namespace {
 // A run whose conservative estimate exceeds this many seconds says so before it starts.
 constexpr double kLongRunSeconds = 30.0;
 
-int run(int argc, const char* const* argv, const StageDemo& stage) {
+int run(int argc, const char* const* argv, const StageDemo& finished) {
   DemoOptions opt = default_demo_options(is_cpu_backend());
-  ArgParser parser(argv[0], "Stage " + stage.id + ": " + stage.title +
+  ArgParser parser(argv[0], "Stage " + finished.id + ": " + finished.title +
                                 ".\nRuns the stage on random (or loaded) inputs, checks it against "
                                 "a float64 CPU reference and reports its median time.");
   add_demo_options(parser, opt);
+  if (!finished.variants.empty()) {
+    std::string help = "run a variant of the kernel instead of the finished one (the stage's LOG.md):";
+    for (const StageVariant& v : finished.variants) help += "\n" + std::string(28, ' ') + v.name + ": " + v.summary;
+    parser.add_string("variant", &opt.variant, help, "NAME");
+  }
   if (!parser.parse(argc, argv)) return kExitPassed;  // --help
+  const StageDemo stage = opt.variant.empty() ? finished : with_variant(finished, opt.variant);
 
   // Validate what the command line says before touching the device.
   AttentionProblem p;
@@ -164,6 +170,24 @@ void save_npy_tensors(const std::string& dir, const AttentionProblem& p, const s
     const int64_t n = static_cast<int64_t>(x->size()) == p.q_elems() ? p.seq_q : p.seq_kv;
     save_npy(dir + "/" + name + ".npy", {p.batch, p.heads, n, p.dim}, x->data(), p.dtype);
   }
+}
+
+StageDemo with_variant(const StageDemo& stage, const std::string& name) {
+  for (const StageVariant& v : stage.variants) {
+    if (v.name != name) continue;
+    StageDemo s = stage;
+    s.id += ":" + v.name;
+    s.run = v.run;
+    s.notes = [v](const AttentionProblem&) {
+      return std::vector<std::pair<std::string, std::string>>{{"variant", v.name + ": " + v.summary}};
+    };
+    s.variants.clear();
+    return s;
+  }
+  std::string list;
+  for (const StageVariant& v : stage.variants) list += (list.empty() ? "" : ", ") + v.name;
+  throw UsageError("--variant: stage " + stage.id + " has no variant '" + name + "'" +
+                   (list.empty() ? std::string(" (it has none)") : " (its variants: " + list + ")"));
 }
 
 bool StageDemo::runs_in(DType t) const {

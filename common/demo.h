@@ -62,6 +62,20 @@ DeviceInputs upload_inputs(const std::vector<float>& q, const std::vector<float>
 /// `n` elements of type `t` from the device, widened to float.
 std::vector<float> download_as_float(const void* device_ptr, std::size_t n, DType t);
 
+/// Enqueues one forward pass of a stage: `workspace` has the stage's workspace_bytes(p) bytes.
+using StageRun = std::function<void(const AttentionProblem&, const DeviceTensors&, void* workspace)>;
+
+/**
+ * One variant of a stage's kernel: the finished kernel with one step of the stage's
+ * LOG.md undone, or with another tile size, as the stage's typed configuration
+ * (its tuning.h) spells it. `--variant NAME` runs it in place of the finished kernel.
+ */
+struct StageVariant {
+  std::string name;     ///< what --variant takes, e.g. "no_prefetch"
+  std::string summary;  ///< one line: how it differs from the finished kernel
+  StageRun run;         ///< one forward pass of the variant
+};
+
 /// What a stage tells the driver about itself.
 struct StageDemo {
   std::string id;     ///< "01_naive": the stage's folder name
@@ -75,13 +89,15 @@ struct StageDemo {
   /// Device bytes the stage needs beyond Q, K, V, O (allocated by the driver, untimed).
   std::function<std::size_t(const AttentionProblem&)> workspace_bytes;
   /// Enqueues one forward pass. `workspace` has workspace_bytes(p) bytes.
-  std::function<void(const AttentionProblem&, const DeviceTensors&, void* workspace)> run;
+  StageRun run;
   /// Stage-specific report lines ("key", "value"), e.g. the size of the N×N buffer.
   std::function<std::vector<std::pair<std::string, std::string>>(const AttentionProblem&)> notes;
   /// HBM bytes one forward pass moves according to the stage's IO model (optional).
   std::function<double(const AttentionProblem&)> hbm_bytes;
   /// Earlier stages that `--compare` runs on the same inputs, for a side-by-side table.
   std::vector<StageDemo> compare_with;
+  /// The variants `--variant` may pick (empty: the stage has none, and no such flag).
+  std::vector<StageVariant> variants;
 
   /// Whether the stage can run this problem's mask.
   bool causal_ok(const AttentionProblem& p) const { return supports_causal || !p.causal; }
@@ -115,6 +131,13 @@ void save_npy_tensors(const std::string& dir, const AttentionProblem& p, const s
 /// The element type `--dtype` names for `stage` (empty: the stage's default).
 /// \throws InputError naming the types the stage supports.
 DType stage_dtype(const StageDemo& stage, const std::string& dtype_flag);
+
+/**
+ * `stage` running variant `name` instead of its finished kernel: its run replaced, its id
+ * suffixed ("07_memory_pipeline:no_prefetch") and its notes saying what the variant is.
+ * \throws UsageError naming the stage's variants if it has none called `name`.
+ */
+StageDemo with_variant(const StageDemo& stage, const std::string& name);
 
 /// Device bytes one run of `stage` allocates besides Q, K and V: O, its workspace, its lse.
 std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p);

@@ -124,4 +124,25 @@ inline void check_lazy_rescaling(const StageFn& stage, int64_t seq_kv) {
   }
 }
 
+/// Every variant of a stage's typed configuration (StageDemo::variants, the stage's
+/// tuning.h) against the reference, in fp16 at d = 64 and 128: lengths that are not
+/// multiples of a tile and span several, with and without the causal mask, and at d = 128
+/// logits in the thousands, whose maxima move from tile to tile (lazy rescaling at work).
+inline void check_variants(const std::vector<StageVariant>& variants, bool with_lse) {
+  REQUIRE_FALSE(variants.empty());
+  for (const StageVariant& v : variants) {
+    INFO("variant " << v.name << ": " << v.summary);
+    const StageFn run = [&v](const AttentionProblem& p, const DeviceTensors& t) { v.run(p, t, nullptr); };
+    uint64_t seed = 300;
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        const AttentionProblem p = make_problem(1, 2, 200, 333, d, 0.0, causal, DType::F16);
+        require_passed(p, run_and_check(p, run, ++seed, 1.0f, with_lse));
+      }
+    }
+    const AttentionProblem p = make_problem(1, 1, 150, 300, 128, 0.0, false, DType::F16);
+    require_passed(p, run_and_check(p, run, ++seed, 30.0f, with_lse));
+  }
+}
+
 }  // namespace fa::test

@@ -1,8 +1,10 @@
 // main() for every test binary. Binaries that run kernels first make sure a device is
 // there; on a machine without a GPU the CUDA tests exit with 77, which CTest reports as
-// skipped (SKIP_RETURN_CODE), never as passed.
-#define FA_CATCH_MAIN
-#include "tests/catch.h"
+// skipped (SKIP_RETURN_CODE), never as passed. Catch2 itself is compiled once, in
+// tests/catch_session.cpp.
+namespace fa::test {
+int run_catch(int argc, char** argv);  // tests/catch_session.cpp
+}  // namespace fa::test
 
 #ifdef FA_TEST_NEEDS_DEVICE
 #include <iostream>
@@ -27,5 +29,5 @@ int main(int argc, char** argv) {
     return fa::kExitNoGpu;
   }
 #endif
-  return Catch::Session().run(argc, argv);
+  return fa::test::run_catch(argc, argv);
 }

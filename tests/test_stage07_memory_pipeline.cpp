@@ -1,5 +1,5 @@
 // Stage 07 against the float64 reference in fp16 and bf16 (the standard battery, the
-// log-sum-exp included), and a copy of the kernel with its cp.async wait planted out,
+// log-sum-exp included), every variant of its typed configuration (tuning.h), and a copy of the kernel with its cp.async wait planted out,
 // which the same checks must reject on the CPU backend (built by
 // stages/07_memory_pipeline/CMakeLists.txt).
 #include <vector>
@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "common/problem.h"
 #include "stages/07_memory_pipeline/pipelined_attention.h"
+#include "stages/07_memory_pipeline/tuning.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
 
@@ -34,6 +35,25 @@ TEST_CASE("stage 07 matches the reference in bf16, log-sum-exp included", "[stag
 // Lazy rescaling (tests/stage_check.h): Nkv = 300 spans five K/V tiles at d = 128.
 TEST_CASE("stage 07 at d = 128 with large logits, lazy rescaling at work", "[stage07][lazy]") {
   fa::test::check_lazy_rescaling(run_stage07, 300);
+}
+
+// Each variant undoes one step of LOG.md; each must still compute attention.
+TEST_CASE("every variant of stage 07 matches the reference", "[stage07][variants]") {
+  const std::vector<fa::StageVariant> variants = fa::pipeline::variants();
+  CHECK(variants.size() == std::tuple_size_v<fa::pipeline::Variants>);
+  fa::test::check_variants(variants, /*with_lse=*/true);
+}
+
+TEST_CASE("stage 07's variants refuse what they are not built for, and --variant an unknown name",
+          "[stage07][variants]") {
+  const fa::StageDemo stage = fa::pipeline::describe();
+  const fa::StageDemo v = fa::with_variant(stage, "no_swizzle");
+  CHECK(v.id == "07_memory_pipeline:no_swizzle");
+  const fa::AttentionProblem p = fa::make_problem(1, 1, 8, 8, 32, 0.0, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(v.run(p, fa::DeviceTensors{nullptr, nullptr, nullptr, nullptr}, nullptr),
+                      fa::test::HasSubstring("fp16 at d = 64 and 128 only"));
+  REQUIRE_THROWS_AS(fa::with_variant(stage, "nope"), fa::UsageError);
+  REQUIRE_THROWS_WITH(fa::with_variant(stage, "nope"), fa::test::HasSubstring("no_prefetch, no_swizzle"));
 }
 
 TEST_CASE("stage 07 refuses fp32 with a clear message", "[stage07]") {

@@ -1,6 +1,7 @@
 // Stage 07 as the shared demo driver sees it.
 #include "common/demo.h"
 #include "stages/07_memory_pipeline/pipelined_attention.h"
+#include "stages/07_memory_pipeline/tuning.h"
 
 namespace fa::pipeline {
 
@@ -18,15 +19,16 @@ StageDemo describe() {
   stage.notes = [](const AttentionProblem& p) {
     const int64_t q_tiles = (p.seq_q + Br - 1) / Br;
     return std::vector<std::pair<std::string, std::string>>{
-        {"tiles", "Br = " + std::to_string(Br) + " query rows (" + std::to_string(16 * FA07_M_TILES) +
+        {"tiles", "Br = " + std::to_string(Br) + " query rows (" + std::to_string(16 * Tuned::m_tiles) +
                       " per warp), Bc = " + std::to_string(key_tile_rows(p.dim)) +
                       " key rows, K and V double-buffered; " +
                       format_bytes(static_cast<double>(shared_bytes(p.dim))) + " of shared memory per block"},
         {"grid", std::to_string(q_tiles * p.batch_heads()) + " blocks (" + std::to_string(q_tiles) +
-                     " Q tiles x " + std::to_string(p.batch_heads()) + " heads), " + std::to_string(2 * Br / FA07_M_TILES) +
+                     " Q tiles x " + std::to_string(p.batch_heads()) + " heads), " + std::to_string(2 * Br / Tuned::m_tiles) +
                      " threads each, last Q tile first"},
         {"memory", "cp.async global -> shared, tile j+1 in flight while tile j is computed; XOR-swizzled tiles"}};
   };
+  stage.variants = variants();
   return stage;
 }
 

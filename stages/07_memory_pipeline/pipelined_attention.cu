@@ -26,7 +26,7 @@
  *   constant or XORs one (cp_async.cuh), which removes a third of the instructions;
  * - each warp owns two 16-row m-tiles, so every K/V fragment feeds four mma instead of two;
  *   Bc is chosen per head dimension (128 up to d = 64, 64 at d = 128);
- * - Q's fragments are loaded once into registers where they fit (d ≤ 32; see q_in_registers);
+ * - Q's fragments are loaded once into registers where they fit (d ≤ 32; see Config::Q_REGS);
  * - causal in two phases: tiles wholly below the diagonal skip the mask arithmetic
  *   entirely (so do all full tiles without a mask), and the Q tiles are scheduled
  *   heaviest first (the last query tiles of a head see the most keys);
@@ -34,7 +34,9 @@
  *   FMA and one exponential per score;
  * - at d = 128, lazy rescaling: a row's max moves only when it grows by more than 2^8, and
  *   a warp whose rows' maxima all stayed skips O's rescale.
- * Each step can be switched off (pipelined_attention.h) to measure it: the README's log.
+ * The kernel is a template on its configuration (tuning.h): `Tuned` is the finished kernel,
+ * and each variant there undoes one step, so that LOG.md's rows can be measured again
+ * (`--variant NAME`; benchmarks/tune_stage07.sh times them all).
  * Cost: no workspace. HBM traffic: stage 06's. Parallelism: B·H·⌈Nq/Br⌉ blocks of 4 warps.
  *
  * Run: `stage07_memory_pipeline --batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64`
@@ -50,6 +52,7 @@
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/07_memory_pipeline/cp_async.cuh"
 #include "stages/07_memory_pipeline/fast_exp2.cuh"
+#include "stages/07_memory_pipeline/tuning.h"
 
 namespace fa::pipeline {
 
@@ -66,51 +69,56 @@ using tc::quad_max;
 using tc::quad_sum;
 using tc::row_reduce;
 
-constexpr int M_TILES = FA07_M_TILES;     ///< 16-row m-tiles per warp: each K/V fragment feeds them all
-constexpr int WARPS = Br / (16 * M_TILES);  ///< warps per block
-constexpr int THREADS = 32 * WARPS;         ///< threads per block
-static_assert(Br % (16 * M_TILES) == 0, "warps own 16·M_TILES rows");
+/// The kernel's shape and choices for head dimension D under configuration S (tuning.h;
+/// the finished kernel is Config<D, Tuned>).
+template <int HD, class S>
+struct Config {
+  static constexpr int D = HD;                     ///< head dimension
+  static constexpr int Br = S::br;                 ///< query rows per tile
+  static constexpr int M_TILES = S::m_tiles;       ///< 16-row m-tiles per warp: each K/V fragment feeds them all
+  static constexpr int WARPS = Br / (16 * M_TILES);  ///< warps per block
+  static constexpr int THREADS = 32 * WARPS;         ///< threads per block
+  static_assert(Br % (16 * M_TILES) == 0, "warps own 16·M_TILES rows");
 
-/// Whether a row's max moves lazily (FA07_LAZY_RESCALE): measured to pay at d = 128,
-/// where skipping O's rescale saves 128 multiplies a tile per thread; at d = 64 it saves
-/// 64 and costs more, as the vote and the branch split the softmax from P·V.
-template <int D>
-constexpr bool lazy_rescale() {
-  return FA07_LAZY_RESCALE == 2 || (FA07_LAZY_RESCALE == 1 && D >= 128);
-}
+  /// Bc, the key/value rows per tile, chosen by measurement (LOG.md): 128 up to d = 64,
+  /// 64 at d = 128, where the scores of a 128-key tile and O's accumulators no longer fit
+  /// in registers together.
+  static constexpr int Bc = S::bc > 0 ? S::bc : (D <= 64 ? 128 : 64);
+  static_assert(Bc % 16 == 0, "P·V takes 16 keys a step");
+
+  /// Whether a row's max moves lazily: measured to pay at d = 128, where skipping O's
+  /// rescale saves 128 multiplies a tile per thread; at d = 64 it saves 64 and costs more,
+  /// as the vote and the branch split the softmax from P·V.
+  static constexpr bool LAZY = S::lazy == Lazy::always || (S::lazy == Lazy::at_d128 && D >= 128);
+
+  /// Whether Q's fragments stay in registers for the whole loop: D/4 registers per m-tile,
+  /// kept where they fit beside the scores (Bc/2 per m-tile) and O's accumulators (D/2)
+  /// within 192 registers, which leaves room for addresses and temporaries: at d = 32,
+  /// and at d = 64 with Bc = 64, but not at d = 64 with Bc = 128 nor at d = 128.
+  static constexpr bool Q_REGS = M_TILES * (Bc / 2 + D / 2 + D / 4) <= 192;
+
+  /// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__):
+  /// 2 with two m-tiles per warp, whose accumulators need up to 255 registers a thread; with
+  /// one, 4 up to d = 64 and 2 at d = 128.
+  static constexpr int MIN_BLOCKS = S::min_blocks > 0 ? S::min_blocks : (M_TILES > 1 || D > 64 ? 2 : 4);
+
+  /// Shared memory of one block: a Q tile and two K and two V tiles of 16-bit elements, unpadded.
+  static constexpr std::size_t SMEM_BYTES = static_cast<std::size_t>((Br + 4 * Bc) * D) * 2;
+
+  /// Element offset of 16-byte chunk `chunk` of tile row `row`: swizzled (cp_async.cuh),
+  /// or plain rows where S undoes the swizzle.
+  static __device__ __forceinline__ int at(int row, int chunk) {
+    if constexpr (S::swizzle) {
+      return swizzle<D>(row, chunk);
+    } else {
+      return row * D + 8 * chunk;
+    }
+  }
+};
 
 /// The lazy rescale's slack, in base-2 units: a row's reference max moves only when a
 /// score passes it by more than this, so 2^(s − m) ≤ 2^8 = 256.
 constexpr float RESCALE_SLACK = 8.0f;
-
-/// Whether Q's fragments stay in registers for the whole loop: D/4 registers per m-tile,
-/// kept where they fit beside the scores (Bc/2 per m-tile) and O's accumulators (D/2)
-/// within 192 registers, which leaves room for addresses and temporaries: at d = 32,
-/// and at d = 64 with Bc = 64, but not at d = 64 with Bc = 128 nor at d = 128.
-template <int D>
-constexpr bool q_in_registers() {
-  return FA07_Q_IN_REGISTERS && M_TILES * (key_tile<D>() / 2 + D / 2 + D / 4) <= 192;
-}
-
-/// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__):
-/// 2 with two m-tiles per warp, whose accumulators need up to 255 registers a thread; with
-/// one, 4 up to d = 64 and 2 at d = 128.
-template <int D>
-constexpr int min_blocks() {
-  if (FA07_MIN_BLOCKS > 0) return FA07_MIN_BLOCKS;
-  return M_TILES > 1 || D > 64 ? 2 : 4;
-}
-
-/// Element offset of 16-byte chunk `chunk` of tile row `row`: swizzled (cp_async.cuh), or
-/// plain rows for the optimisation log's "before" (FA07_SWIZZLE=0).
-template <int D>
-__device__ __forceinline__ int at(int row, int chunk) {
-  if constexpr (FA07_SWIZZLE) {
-    return swizzle<D>(row, chunk);
-  } else {
-    return row * D + 8 * chunk;
-  }
-}
 
 /**
  * One thread's share of copying a tile of ROWS rows of D elements into a swizzled tile:
@@ -118,28 +126,29 @@ __device__ __forceinline__ int at(int row, int chunk) {
  * offsets are computed once, when the kernel starts; each copy then only adds constants
  * (the swizzle repeats every 8 rows and ROW_STEP is a multiple of 8).
  */
-template <typename T, int D, int ROWS>
+template <typename T, class C, int ROWS, class S>
 struct TileCopy {
-  static constexpr int CHUNKS = D / 8;               ///< 16-byte chunks per row
-  static constexpr int ROW_STEP = THREADS / CHUNKS;  ///< rows the block covers in one step
-  static_assert(THREADS % CHUNKS == 0 && ROW_STEP % 8 == 0, "each step covers whole 8-row swizzle patterns");
+  static constexpr int D = C::D;                        ///< head dimension
+  static constexpr int CHUNKS = D / 8;                  ///< 16-byte chunks per row
+  static constexpr int ROW_STEP = C::THREADS / CHUNKS;  ///< rows the block covers in one step
+  static_assert(C::THREADS % CHUNKS == 0 && ROW_STEP % 8 == 0, "each step covers whole 8-row swizzle patterns");
   int first_row;  ///< this thread's first row
   int to;         ///< its offset in the (swizzled) tile
   int from;       ///< its offset in the source rows
 
   __device__ TileCopy()
       : first_row(static_cast<int>(threadIdx.x) / CHUNKS),
-        to(at<D>(first_row, threadIdx.x % CHUNKS)),
+        to(C::at(first_row, threadIdx.x % CHUNKS)),
         from(first_row * D + 8 * (threadIdx.x % CHUNKS)) {}
 
   /// Starts copying rows [0, ROWS) of `src` into `tile`; rows at or past `valid` are
   /// zero-filled by the copy itself (valid >= 1, so row 0 is a safe address to name).
   __device__ void operator()(T* tile, const T* src, int valid) const {
-    if (!FA07_LANE_OFFSETS) {  // the optimisation log's "before": row, chunk and swizzle at every copy
-      for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += THREADS) {
+    if constexpr (!S::lane_offsets) {  // variant per_access: row, chunk and swizzle at every copy
+      for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += C::THREADS) {
         const int r = idx / CHUNKS, c = idx % CHUNKS;
         const bool inside = r < valid;
-        cp_async_16(tile + at<D>(r, c), src + (inside ? r : 0) * D + 8 * c, inside);
+        cp_async_16(tile + C::at(r, c), src + (inside ? r : 0) * D + 8 * c, inside);
       }
     } else if (valid >= ROWS) {  // a full tile: no row to test
 #pragma unroll
@@ -158,13 +167,14 @@ struct TileCopy {
   }
 };
 
-/// One block per (Q tile, batch·head), flattened into blockIdx.x. T is __half or __nv_bfloat16.
-template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, min_blocks<D>())
+/// One block per (Q tile, batch·head), flattened into blockIdx.x. T is __half or
+/// __nv_bfloat16; S the configuration (tuning.h), Tuned for the finished kernel.
+template <typename T, int D, class S>
+__global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCKS)
     pipelined_kernel(const T* Q, const T* K, const T* V, T* O, float* lse, int64_t seq_q, int64_t seq_kv,
                      float scale_log2, bool causal) {
-  constexpr int Bc = key_tile<D>();
-  static_assert(Bc % 16 == 0, "P·V takes 16 keys a step");
+  using C = Config<D, S>;
+  constexpr int Br = C::Br, Bc = C::Bc, M_TILES = C::M_TILES;
   extern __shared__ uint4 smem[];       // uint4: 16-byte aligned, as cp.async and ldmatrix need
   T* Qs = reinterpret_cast<T*>(smem);   // [Br][D]        the Q tile (swizzled, like all tiles)
   T* KVs = Qs + Br * D;                 // [2][K, V][Bc][D] two buffers, each a K and a V tile
@@ -177,7 +187,7 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
   // see, and the lightest tiles then run at the end of the grid, filling the gaps.
   const int64_t q_tiles = (seq_q + Br - 1) / Br;
   const int64_t bh = blockIdx.x / q_tiles;
-  const int64_t i0 = (FA07_HEAVY_FIRST ? q_tiles - 1 - blockIdx.x % q_tiles : blockIdx.x % q_tiles) * Br;
+  const int64_t i0 = (S::heavy_first ? q_tiles - 1 - blockIdx.x % q_tiles : blockIdx.x % q_tiles) * Br;
   const T* Qh = Q + bh * seq_q * D;
   const T* Kh = K + bh * seq_kv * D;
   const T* Vh = V + bh * seq_kv * D;
@@ -189,16 +199,16 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
   const auto kv_valid = [&](int64_t j0) { return static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc); };
 
   // The pipeline fills: Q_i is one group, K_0/V_0 the next.
-  const TileCopy<T, D, Br> copy_q;
-  const TileCopy<T, D, Bc> copy_kv;
+  const TileCopy<T, C, Br, S> copy_q;
+  const TileCopy<T, C, Bc, S> copy_kv;
   copy_q(Qs, Qh + i0 * D, q_valid);
   cp_async_commit();
-  if (FA07_PREFETCH) {
+  if constexpr (S::prefetch) {
     copy_kv(Ks(0), Kh, kv_valid(0));
     copy_kv(Vs(0), Vh, kv_valid(0));
     cp_async_commit();
   }
-  cp_async_wait<FA07_PREFETCH>();  // Q_i has landed; K_0/V_0 may still be in flight
+  cp_async_wait<S::prefetch ? 1 : 0>();  // Q_i has landed; K_0/V_0 may still be in flight
   __syncthreads();
 
   // The warp's rows: M_TILES m-tiles of 16, m-tile mt starting at row 16·(M_TILES·warp + mt)
@@ -207,25 +217,28 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
   // offset is swizzled once, here, for its first row and chunk; the identities in
   // cp_async.cuh give the rest: k-step kk (chunks 2kk, 2kk + 1) is an XOR with 16·kk,
   // and the rows 8·m further on an addition of 8·m·D, which ldmatrix takes as a constant.
-  // (FA07_LANE_OFFSETS=0, the log's "before": the swizzle computed at every ldmatrix.)
+  // (Variant per_access computes the swizzle at every ldmatrix instead.)
   const int q_row = 16 * M_TILES * warp + lane % 8 + 8 * (lane / 8 % 2), q_chunk = lane / 16;
   const int k_row = lane % 8 + 8 * (lane / 16), k_chunk = lane / 8 % 2;
   const int v_row = lane % 8 + 8 * (lane / 8 % 2), v_chunk = lane / 16;
-  const int q_lane = at<D>(q_row, q_chunk), k_lane = at<D>(k_row, k_chunk), v_lane = at<D>(v_row, v_chunk);
+  const int q_lane = C::at(q_row, q_chunk), k_lane = C::at(k_row, k_chunk), v_lane = C::at(v_row, v_chunk);
   const auto q_at = [&](int mt, int kk) {  // m-tile mt, k-step kk: rows 16·mt on, chunks 2kk, 2kk + 1
-    return FA07_LANE_OFFSETS ? (q_lane ^ (16 * kk)) + 16 * mt * D : at<D>(q_row + 16 * mt, 2 * kk + q_chunk);
+    if constexpr (!S::lane_offsets) return C::at(q_row + 16 * mt, 2 * kk + q_chunk);
+    return (q_lane ^ (16 * kk)) + 16 * mt * D;
   };
   const auto k_at = [&](int n, int kk) {  // keys 8n .. 8n + 15, k-step kk
-    return FA07_LANE_OFFSETS ? (k_lane ^ (16 * kk)) + 8 * n * D : at<D>(k_row + 8 * n, 2 * kk + k_chunk);
+    if constexpr (!S::lane_offsets) return C::at(k_row + 8 * n, 2 * kk + k_chunk);
+    return (k_lane ^ (16 * kk)) + 8 * n * D;
   };
   const auto v_at = [&](int kk, int n) {  // keys 16kk .. 16kk + 15, columns 8n .. 8n + 15
-    return FA07_LANE_OFFSETS ? (v_lane ^ (8 * n)) + 16 * kk * D : at<D>(v_row + 16 * kk, n + v_chunk);
+    if constexpr (!S::lane_offsets) return C::at(v_row + 16 * kk, n + v_chunk);
+    return (v_lane ^ (8 * n)) + 16 * kk * D;
   };
   // Q's A fragments for every m-tile and k-step (16 columns of d): loaded once and kept
-  // in registers where they fit (q_in_registers), else reloaded from shared memory.
-  constexpr bool Q_REGS = q_in_registers<D>();
+  // in registers where they fit (Config::Q_REGS), else reloaded from shared memory.
+  constexpr bool Q_REGS = C::Q_REGS;
   uint32_t q_frag[M_TILES][Q_REGS ? D / 16 : 1][4];
-  if (Q_REGS) {
+  if constexpr (Q_REGS) {
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
@@ -242,7 +255,7 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
   for (int64_t j = 0; j < kv_tiles; ++j) {  // ---- the only loop: K/V tiles ----
     const int64_t j0 = j * Bc;
     const int buf = static_cast<int>(j % 2);
-    if (!FA07_PREFETCH) {  // the optimisation log's "before": copy this tile, wait for it
+    if constexpr (!S::prefetch) {  // variant no_prefetch: copy this tile, wait for it
       copy_kv(Ks(buf), Kh + j0 * D, kv_valid(j0));
       copy_kv(Vs(buf), Vh + j0 * D, kv_valid(j0));
       cp_async_commit();
@@ -264,7 +277,7 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     float s[M_TILES][Bc / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      if (!Q_REGS) {
+      if constexpr (!Q_REGS) {
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) ldmatrix_x4(q_frag[mt][0], Qs + q_at(mt, kk));
       }
@@ -283,7 +296,7 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     // Phase two of causal, and the last partial tile: only a tile that crosses the
     // diagonal (its last key is past the block's first row) or the end of the keys is
     // masked. Every other tile skips this code.
-    const bool needs_mask = !FA07_TWO_PHASE || j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0);
+    const bool needs_mask = !S::two_phase || j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0);
     if (needs_mask) {
       const int valid = kv_valid(j0);
 #pragma unroll
@@ -307,7 +320,7 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     }
 
     // Online softmax in base 2, with the scale folded into the exponent: P = 2^(s·k − m).
-    // Lazy rescaling (lazy_rescale): m is the row's reference max, and it moves only
+    // Lazy rescaling (Config::LAZY): m is the row's reference max, and it moves only
     // when the tile's max passes it by more than RESCALE_SLACK. Until then P may exceed 1
     // (up to 2^8, which fp16 and bf16 hold with their usual relative precision) but the
     // result is the same: O and l are both sums of 2^(s·k − m) terms with the same m,
@@ -322,17 +335,17 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
         // scale > 0: max commutes with it
         const float mx = quad_max(row_reduce(s[mt], h, [](float a, float b) { return fmaxf(a, b); })) * scale_log2;
         const float m_old = m_run[mt][h];
-        const float m_new = lazy_rescale<D>() ? (mx > m_old + RESCALE_SLACK ? mx : m_old) : fmaxf(m_old, mx);
+        const float m_new = C::LAZY ? (mx > m_old + RESCALE_SLACK ? mx : m_old) : fmaxf(m_old, mx);
         // A row with no visible key yet has m_new = −inf, and −inf − (−inf) is NaN. Subtracting
         // 0 instead gives 2^−inf = 0 for every masked score, with one test per row rather
         // than one per score.
         const float m_sub = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[mt][h] = m_new == m_old ? 1.0f : fast_exp2<FA07_FAST_EXP>(m_old - m_sub);  // 0 on the first tile
+        alpha[mt][h] = m_new == m_old ? 1.0f : fast_exp2<S::fast_exp>(m_old - m_sub);  // 0 on the first tile
         moved |= m_new != m_old;
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
-          s[mt][n][2 * h] = fast_exp2<FA07_FAST_EXP>(fmaf(s[mt][n][2 * h], scale_log2, -m_sub));
-          s[mt][n][2 * h + 1] = fast_exp2<FA07_FAST_EXP>(fmaf(s[mt][n][2 * h + 1], scale_log2, -m_sub));
+          s[mt][n][2 * h] = fast_exp2<S::fast_exp>(fmaf(s[mt][n][2 * h], scale_log2, -m_sub));
+          s[mt][n][2 * h + 1] = fast_exp2<S::fast_exp>(fmaf(s[mt][n][2 * h + 1], scale_log2, -m_sub));
         }
         const float sum = row_reduce(s[mt], h, [](float a, float b) { return a + b; });
         l_run[mt][h] = alpha[mt][h] * l_run[mt][h] + sum;
@@ -343,7 +356,7 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
     // O = alpha·O + P·V_j, P straight from the score registers (as in stage 06); each V
     // fragment feeds every m-tile. The rescale is skipped when no row of the warp moved
     // its max (a warp-wide vote, so the whole warp takes the same branch).
-    if (!lazy_rescale<D>() || __any_sync(0xffffffffu, moved)) {
+    if (!C::LAZY || __any_sync(0xffffffffu, moved)) {
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
 #pragma unroll
@@ -398,28 +411,37 @@ __global__ void __launch_bounds__(THREADS, min_blocks<D>())
 
 namespace {
 
-template <typename T, int D>
+template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
-  const std::size_t smem = shared_bytes(D);
-  FA_CUDA_CHECK(cudaFuncSetAttribute(pipelined_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  using C = Config<D, S>;
+  const std::size_t smem = C::SMEM_BYTES;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(pipelined_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const unsigned blocks = q_tile_grid(p, Br, "stage 07");
+  const unsigned blocks = q_tile_grid(p, C::Br, "stage 07");
   constexpr float LOG2E = 1.4426950408889634f;
-  pipelined_kernel<T, D><<<blocks, THREADS, smem>>>(
+  pipelined_kernel<T, D, S><<<blocks, C::THREADS, smem>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       p.seq_q, p.seq_kv, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("pipelined_kernel");
 }
 
+/// A variant of tuning.h, built for what LOG.md measures: fp16 at d = 64 and 128.
+template <class S>
+void run_variant(const AttentionProblem& p, const DeviceTensors& t, void*) {
+  if (p.dtype != DType::F16 || (p.dim != 64 && p.dim != 128)) {
+    throw InputError(std::string("stage 07's variant ") + S::name + " runs fp16 at d = 64 and 128 only");
+  }
+  (p.dim == 64 ? launch<__half, 64, S> : launch<__half, 128, S>)(p, t.q, t.k, t.v, t.o, t.lse);
+}
+
 }  // namespace
 
 int key_tile_rows(int64_t d) {
-  return with_head_dim(d, [](auto D) { return key_tile<decltype(D)::value>(); });
+  return with_head_dim(d, [](auto D) { return Config<decltype(D)::value, Tuned>::Bc; });
 }
 
 std::size_t shared_bytes(int64_t d) {
-  // A Q tile and two K and two V tiles of 16-bit elements, unpadded.
-  return static_cast<std::size_t>((Br + 4 * key_tile_rows(d)) * d) * 2;
+  return with_head_dim(d, [](auto D) { return Config<decltype(D)::value, Tuned>::SMEM_BYTES; });
 }
 
 double hbm_bytes_model(const AttentionProblem& p) {
@@ -429,9 +451,16 @@ double hbm_bytes_model(const AttentionProblem& p) {
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
   with_head_dim(p.dim, [&](auto D) {
     tc::with_mma_type(p.dtype, "stage 07", [&](auto type) {
-      launch<decltype(type), decltype(D)::value>(p, Q, K, V, O, lse);
+      launch<decltype(type), decltype(D)::value, Tuned>(p, Q, K, V, O, lse);
     });
   });
+}
+
+// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage07.sh (a
+// planted copy of this file leaves them out: cmake/FaStage.cmake).
+std::vector<StageVariant> variants() {
+  return std::apply([](auto... s) { return std::vector<StageVariant>{{s.name, s.summary, run_variant<decltype(s)>}...}; },
+                    Variants{});
 }
 
 }  // namespace fa::pipeline
