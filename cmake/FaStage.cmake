@@ -115,9 +115,10 @@ function(fa_add_planted_copy id)
     message(FATAL_ERROR "${ARG_KERNEL} no longer contains '${ARG_RIGHT}': update the planted bug")
   endif()
   string(REPLACE "${ARG_RIGHT}" "${ARG_WRONG}" source "${source}")
-  # A kernel's variants (its typed configuration's list, `variants()`) are the real kernel's:
-  # the copy leaves them out, so that it builds only what the tests call.
-  string(FIND "${source}" "\nstd::vector<StageVariant> variants() {" at)
+  # A kernel's variants (the function after the comment "// The variants of tuning.h", to the
+  # first line that is a lone "}") are the real kernel's: the copy leaves them out, so that
+  # it builds only what the tests call.
+  string(FIND "${source}" "\n// The variants of tuning.h" at)
   if(NOT at EQUAL -1)
     string(SUBSTRING "${source}" 0 ${at} head)
     string(SUBSTRING "${source}" ${at} -1 tail)

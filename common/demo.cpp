@@ -31,11 +31,7 @@ int run(int argc, const char* const* argv, const StageDemo& finished) {
                                 ".\nRuns the stage on random (or loaded) inputs, checks it against "
                                 "a float64 CPU reference and reports its median time.");
   add_demo_options(parser, opt);
-  if (!finished.variants.empty()) {
-    std::string help = "run a variant of the kernel instead of the finished one (the stage's LOG.md):";
-    for (const StageVariant& v : finished.variants) help += "\n" + std::string(28, ' ') + v.name + ": " + v.summary;
-    parser.add_string("variant", &opt.variant, help, "NAME");
-  }
+  if (!finished.variants.empty()) parser.add_string("variant", &opt.variant, variant_help(finished.variants), "NAME");
   if (!parser.parse(argc, argv)) return kExitPassed;  // --help
   const StageDemo stage = opt.variant.empty() ? finished : with_variant(finished, opt.variant);
 
@@ -173,21 +169,15 @@ void save_npy_tensors(const std::string& dir, const AttentionProblem& p, const s
 }
 
 StageDemo with_variant(const StageDemo& stage, const std::string& name) {
-  for (const StageVariant& v : stage.variants) {
-    if (v.name != name) continue;
-    StageDemo s = stage;
-    s.id += ":" + v.name;
-    s.run = v.run;
-    s.notes = [v](const AttentionProblem&) {
-      return std::vector<std::pair<std::string, std::string>>{{"variant", v.name + ": " + v.summary}};
-    };
-    s.variants.clear();
-    return s;
-  }
-  std::string list;
-  for (const StageVariant& v : stage.variants) list += (list.empty() ? "" : ", ") + v.name;
-  throw UsageError("--variant: stage " + stage.id + " has no variant '" + name + "'" +
-                   (list.empty() ? std::string(" (it has none)") : " (its variants: " + list + ")"));
+  const StageVariant& v = find_variant(stage.variants, name, stage.id);
+  StageDemo s = stage;
+  s.id += ":" + v.name;
+  s.run = v.run;
+  s.notes = [v](const AttentionProblem&) {
+    return std::vector<std::pair<std::string, std::string>>{{"variant", v.name + ": " + v.summary}};
+  };
+  s.variants.clear();
+  return s;
 }
 
 bool StageDemo::runs_in(DType t) const {

@@ -67,14 +67,40 @@ using StageRun = std::function<void(const AttentionProblem&, const DeviceTensors
 
 /**
  * One variant of a stage's kernel: the finished kernel with one step of the stage's
- * LOG.md undone, or with another tile size, as the stage's typed configuration
- * (its tuning.h) spells it. `--variant NAME` runs it in place of the finished kernel.
+ * LOG.md undone, or with another tile size, as the stage's typed configuration (its
+ * tuning.h) spells it. `--variant NAME` runs it in place of the finished kernel. `Run` is
+ * how the stage runs: StageRun for the forward stages.
  */
-struct StageVariant {
+template <typename Run>
+struct Variant {
   std::string name;     ///< what --variant takes, e.g. "no_prefetch"
   std::string summary;  ///< one line: how it differs from the finished kernel
-  StageRun run;         ///< one forward pass of the variant
+  Run run;              ///< one pass of the variant
 };
+
+/// A forward stage's variant.
+using StageVariant = Variant<StageRun>;
+
+/// The help text of `--variant` for these variants: one line each.
+template <typename Run>
+std::string variant_help(const std::vector<Variant<Run>>& variants) {
+  std::string help = "run a variant of the kernel instead of the finished one (the stage's LOG.md):";
+  for (const Variant<Run>& v : variants) help += "\n" + std::string(28, ' ') + v.name + ": " + v.summary;
+  return help;
+}
+
+/// The variant of `stage` called `name`. \throws UsageError naming the stage's variants if none is.
+template <typename Run>
+const Variant<Run>& find_variant(const std::vector<Variant<Run>>& variants, const std::string& name,
+                                 const std::string& stage) {
+  std::string list;
+  for (const Variant<Run>& v : variants) {
+    if (v.name == name) return v;
+    list += (list.empty() ? "" : ", ") + v.name;
+  }
+  throw UsageError("--variant: stage " + stage + " has no variant '" + name + "'" +
+                   (list.empty() ? std::string(" (it has none)") : " (its variants: " + list + ")"));
+}
 
 /// What a stage tells the driver about itself.
 struct StageDemo {

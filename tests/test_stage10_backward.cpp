@@ -19,6 +19,7 @@
 #include "common/verify.h"
 #include "stages/05_flash2/flash2_attention.h"
 #include "stages/10_backward/backward_attention.h"
+#include "stages/10_backward/tuning.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
 
@@ -140,6 +141,27 @@ TEST_CASE("stage 10: the checks catch a planted bug", "[stage10][planted]") {
   CHECK_FALSE(c.dq.passed());
   CHECK_FALSE(c.dk.passed());
   CHECK_FALSE(c.dv.passed());
+}
+
+// Each variant of tuning.h undoes one step of LOG.md; each must still compute the gradients:
+// ragged lengths that span several tiles, with and without the causal mask, d = 64 and 128.
+TEST_CASE("stage 10: every variant matches the reference", "[stage10][variants]") {
+  const std::vector<fa::Variant<fa::backward::BackwardRun>> variants = fa::backward::variants();
+  CHECK(variants.size() == std::tuple_size_v<fa::backward::Variants>);
+  uint64_t seed = 40;
+  for (const auto& v : variants) {
+    INFO("variant " << v.name << ": " << v.summary);
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        const fa::AttentionProblem p = fa::make_problem(1, 2, 150, 133, d, 0.0, causal);
+        require_passed(p, run_and_check(p, ++seed, 1.0f, v.run).check);
+      }
+    }
+  }
+  REQUIRE_THROWS_WITH(fa::find_variant(variants, "nope", "10_backward"), fa::test::HasSubstring("exp2f, late_load"));
+  const fa::AttentionProblem p32 = fa::make_problem(1, 1, 4, 4, 32);
+  REQUIRE_THROWS_WITH(fa::find_variant(variants, "exp2f", "10_backward").run(p32, {}, nullptr),
+                      fa::test::HasSubstring("d = 64 and 128 only"));
 }
 
 TEST_CASE("stage 10: bad input is refused with a message", "[stage10]") {

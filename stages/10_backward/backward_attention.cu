@@ -32,6 +32,8 @@
  * Cost: D, one float per query row. HBM traffic: K, V read and dK, dV written once; Q, dO,
  * lse and D read, and dQ added to, once per K/V tile.
  * Parallelism: B·H·⌈Nkv/Bc⌉ blocks.
+ * The main kernel is a template on its configuration (tuning.h): `Tuned` is the finished
+ * kernel, and each variant there undoes one step of LOG.md (`--variant NAME`).
  *
  * Run: `stage10_backward --batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64`
  */
@@ -44,6 +46,7 @@
 #include "common/head_dim.h"
 #include "stages/07_memory_pipeline/cp_async.cuh"
 #include "stages/07_memory_pipeline/fast_exp2.cuh"
+#include "stages/10_backward/tuning.h"
 
 namespace fa::backward {
 
@@ -125,13 +128,13 @@ __device__ void load_vec(float* dst, const float* src) {
 }
 
 /// dst[0 .. N) += v[0 .. N), each element atomically: one 128-bit (or 64-bit) reduction on
-/// GPUs that have them (compute capability 9.0 and later), N scalar ones on older GPUs.
-template <int N>
+/// GPUs that have them (compute capability 9.0 and later) when VECTOR, N scalar ones otherwise.
+template <int N, bool VECTOR>
 __device__ void atomic_add_vec(float* dst, const float* v) {
-#if defined(FA_CPU_KERNEL) || (__CUDA_ARCH__ >= 900 && FA10_VECTOR_ATOMICS)
-  if constexpr (N == 4) {
+#if defined(FA_CPU_KERNEL) || __CUDA_ARCH__ >= 900
+  if constexpr (VECTOR && N == 4) {
     atomicAdd(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
-  } else if constexpr (N == 2) {
+  } else if constexpr (VECTOR && N == 2) {
     atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v[0], v[1]));
   } else  // one float: the scalar atomic below
 #endif
@@ -144,18 +147,19 @@ __device__ void atomic_add_vec(float* dst, const float* v) {
 /// with row stride `stride`, 16 bytes a cp.async (stage 07): every copy of the tile is in
 /// flight at once, with no registers to stage them. Rows past `valid` are zero-filled, so
 /// edge tiles need no special case. The tile is there after cp_async_wait and a barrier.
-template <int D>
+/// (Variant no_cp_async loads through registers instead, one load's latency after another.)
+template <int D, class S>
 __device__ void load_tile(float* tile, int stride, const float* src, int rows, int valid) {
   for (int idx = threadIdx.x; idx < rows * (D / 4); idx += THREADS) {
     const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
     const bool inside = r < valid;
-#if FA10_CP_ASYNC
-    pipe::cp_async_16(tile + r * stride + c, src + (inside ? static_cast<int64_t>(r) * D + c : 0), inside);
-#else  // the tuning log's earlier step: through registers, one load's latency after another
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (inside) v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + c);
-    *reinterpret_cast<float4*>(tile + r * stride + c) = v;
-#endif
+    if constexpr (S::cp_async) {
+      pipe::cp_async_16(tile + r * stride + c, src + (inside ? static_cast<int64_t>(r) * D + c : 0), inside);
+    } else {
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (inside) v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + c);
+      *reinterpret_cast<float4*>(tile + r * stride + c) = v;
+    }
   }
 }
 
@@ -213,7 +217,8 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
 }
 
 /// Kernel 2: one block per (K/V tile, batch·head), flattened into blockIdx.x; Q tiles inner.
-template <int D>
+/// S is the configuration (tuning.h), Tuned for the finished kernel.
+template <int D, class S>
 __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     dkdv_kernel(const float* Q, const float* K, const float* V, const float* dO, const float* lse, const float* Dvec,
                 float* dQ, float* dK, float* dV, int64_t seq_q, int64_t seq_kv, float scale, bool causal) {
@@ -241,8 +246,8 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   float* dQh = dQ + bh * seq_q * D;
 
   const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
-  load_tile<D>(Ks, L::DS, K + (bh * seq_kv + j0) * D, Bc, kv_valid);
-  load_tile<D>(Vs, L::DS, V + (bh * seq_kv + j0) * D, Bc, kv_valid);
+  load_tile<D, S>(Ks, L::DS, K + (bh * seq_kv + j0) * D, Bc, kv_valid);
+  load_tile<D, S>(Vs, L::DS, V + (bh * seq_kv + j0) * D, Bc, kv_valid);
   pipe::cp_async_commit();
 
   // The two products each group runs, as (left, right) operands:
@@ -259,8 +264,8 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   // of its loop pass), lse_i and D_i by plain loads.
   auto load_q_tile = [&](int64_t i0) {
     const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
-    load_tile<D>(Qs, L::DS, Qh + i0 * D, Br, q_valid);
-    load_tile<D>(dOs, L::DS, dOh + i0 * D, Br, q_valid);
+    load_tile<D, S>(Qs, L::DS, Qh + i0 * D, Br, q_valid);
+    load_tile<D, S>(dOs, L::DS, dOh + i0 * D, Br, q_valid);
     pipe::cp_async_commit();
     for (int r = threadIdx.x; r < Br; r += THREADS) {
       lse_s[r] = r < q_valid ? lse_h[i0 + r] * LOG2E : 0.0f;
@@ -295,7 +300,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         const float lse_r = lse_s[r];
         for (int jj = 0; jj < S_COLS; ++jj) {
           const int c = tx + TX * jj;
-          Ps[r * L::PS + c] = c <= last ? pipe::fast_exp2<FA10_FAST_EXP>(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
+          Ps[r * L::PS + c] = c <= last ? pipe::fast_exp2<S::fast_exp>(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
         }
       }
     }
@@ -318,7 +323,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     __syncthreads();  // Q_i, dO_i, lse_i and D_i are read for the last time: the next tile may load
 
     // The next Q tile's copies fly while this one's dQ (which reads only dS and K_j) is computed.
-    if (FA10_EARLY_LOAD && i0 + Br < seq_q) load_q_tile(i0 + Br);
+    if (S::early_load && i0 + Br < seq_q) load_q_tile(i0 + Br);
 
     // dQ_i += scale·dS·K_j, all 256 threads: rows qy + 16·ii, dS read 4 keys at a time. Every
     // K/V tile of the head adds to the same rows, from other blocks: fp32 atomic adds in L2,
@@ -340,10 +345,10 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
       for (int n = 0; n < DCOLS; n += L::VEC) {
         float add[L::VEC];
         for (int e = 0; e < L::VEC; ++e) add[e] = scale * dq[ii][n + e];
-        atomic_add_vec<L::VEC>(&dQh[(i0 + r) * D + L::col(tx, n)], add);
+        atomic_add_vec<L::VEC, S::vector_atomics>(&dQh[(i0 + r) * D + L::col(tx, n)], add);
       }
     }
-    if (!FA10_EARLY_LOAD && i0 + Br < seq_q) load_q_tile(i0 + Br);
+    if (!S::early_load && i0 + Br < seq_q) load_q_tile(i0 + Br);
   }
 
   pipe::cp_async_wait<0>();  // K_j and V_j, when no Q tile sees this tile (causal, Nq < Nkv)
@@ -361,7 +366,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
 
 namespace {
 
-template <int D>
+template <int D, class S>
 void launch(const AttentionProblem& p, const Tensors& t, float* Dvec) {
   const int64_t rows = p.rows();
   const int64_t warps_per_block = THREADS / 32;
@@ -375,11 +380,28 @@ void launch(const AttentionProblem& p, const Tensors& t, float* Dvec) {
 
   const std::size_t smem = shared_bytes(D);
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
-  FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  dkdv_kernel<D><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
+  dkdv_kernel<D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
       t.q, t.k, t.v, t.d_o, t.lse, Dvec, t.dq, t.dk, t.dv, p.seq_q, p.seq_kv, p.scale, p.causal);
   FA_CHECK_LAUNCH("dkdv_kernel");
+}
+
+/// Refuses what no stage-10 kernel runs: a dtype other than fp32.
+void require_fp32(const AttentionProblem& p) {
+  if (p.dtype != DType::F32) {
+    throw InputError(std::string("stage 10 runs in fp32 only, not ") + dtype_name(p.dtype));
+  }
+}
+
+/// A variant of tuning.h, built for what LOG.md measures: d = 64 and 128.
+template <class S>
+void run_variant(const AttentionProblem& p, const Tensors& t, void* workspace) {
+  require_fp32(p);
+  if (p.dim != 64 && p.dim != 128) {
+    throw InputError(std::string("stage 10's variant ") + S::name + " runs d = 64 and 128 only");
+  }
+  (p.dim == 64 ? launch<64, S> : launch<128, S>)(p, t, static_cast<float*>(workspace));
 }
 
 }  // namespace
@@ -403,10 +425,15 @@ double hbm_bytes_model(const AttentionProblem& p) {
 double flops(const AttentionProblem& p) { return 2.5 * p.flops(); }
 
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace) {
-  if (p.dtype != DType::F32) {
-    throw InputError(std::string("stage 10 runs in fp32 only, not ") + dtype_name(p.dtype));
-  }
-  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value>(p, t, static_cast<float*>(workspace)); });
+  require_fp32(p);
+  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value, Tuned>(p, t, static_cast<float*>(workspace)); });
+}
+
+// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage10.sh (a
+// planted copy of this file leaves them out: cmake/FaStage.cmake).
+std::vector<Variant<BackwardRun>> variants() {
+  return std::apply([](auto... s) { return std::vector<Variant<BackwardRun>>{{s.name, s.summary, run_variant<decltype(s)>}...}; },
+                    Variants{});
 }
 
 }  // namespace fa::backward

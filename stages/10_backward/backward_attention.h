@@ -12,22 +12,6 @@
 
 namespace fa::backward {
 
-/// \name The tuning log's steps, each on (1) unless the build turns it off (0)
-///@{
-#ifndef FA10_VECTOR_ATOMICS
-#define FA10_VECTOR_ATOMICS 1  ///< dQ added 4 floats an atomic on compute capability 9.0 (0: one float)
-#endif
-#ifndef FA10_CP_ASYNC
-#define FA10_CP_ASYNC 1  ///< tiles copied by cp.async (0: loaded into registers, then stored)
-#endif
-#ifndef FA10_EARLY_LOAD
-#define FA10_EARLY_LOAD 1  ///< the next Q tile's copies start before dQ (0: after it)
-#endif
-#ifndef FA10_FAST_EXP
-#define FA10_FAST_EXP 1  ///< 2^x by ex2.approx.ftz (0: exp2f, which keeps denormal results)
-#endif
-///@}
-
 constexpr int Br = 64;  ///< query rows per tile (the inner loop)
 constexpr int Bc = 64;  ///< key/value rows per tile (one block each)
 

@@ -7,6 +7,7 @@
  * stage10_backward                                  # B=4 H=32 N=4096 d=64, dO random
  * stage10_backward --causal --dim 128
  * stage10_backward --compare                        # beside the forward pass's own time
+ * stage10_backward --variant late_load              # one step of LOG.md undone
  * stage10_backward --save out/ && stage10_backward --load out/   # q, k, v, do in; o, dq, dk, dv out
  * \endcode
  */
@@ -32,6 +33,7 @@
 #include "common/verify.h"
 #include "stages/05_flash2/flash2_attention.h"
 #include "stages/10_backward/backward_attention.h"
+#include "stages/10_backward/tuning.h"
 
 namespace {
 
@@ -75,7 +77,12 @@ int run(int argc, char** argv) {
   a.reword("load", "read q.npy, k.npy, v.npy, do.npy from DIR (sets the shape)");
   a.reword("save", "write q, k, v, o, do, dq, dk, dv as .npy files to DIR");
   a.add_int("check-heads", &o.check_heads, "most heads to check, whole (spread over all batches and heads)");
+  const std::vector<fa::Variant<fa::backward::BackwardRun>> variants = fa::backward::variants();
+  a.add_string("variant", &o.variant, fa::variant_help(variants), "NAME");
   if (!a.parse(argc, argv)) return fa::kExitPassed;
+  const fa::backward::BackwardRun run_backward =
+      o.variant.empty() ? fa::backward::attention_backward : fa::find_variant(variants, o.variant, "10_backward").run;
+  const std::string name = o.variant.empty() ? "10_backward" : "10_backward:" + o.variant;
 
   fa::DType dtype;
   if (!fa::parse_dtype(o.dtype, &dtype)) {
@@ -129,8 +136,8 @@ int run(int argc, char** argv) {
   forward();
   for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(fa::kPoisonByte);  // never written stays NaN and fails
   const auto backward = [&] {
-    fa::backward::attention_backward(p, {q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), dq.data(),
-                                         dk.data(), dv.data()}, ws.data());
+    run_backward(p, {q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), dq.data(),
+                   dk.data(), dv.data()}, ws.data());
   };
   backward();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -152,12 +159,12 @@ int run(int argc, char** argv) {
   const std::string verdict = !o.check ? "UNCHECKED" : (passed ? "PASSED" : "FAILED");
 
   const std::string where = cpu ? "CPU backend" : "GPU: " + device.name;
-  const std::string summary = "10_backward: " + verdict + "  " + fixed(ms, 3) + " ms" +
+  const std::string summary = name + ": " + verdict + "  " + fixed(ms, 3) + " ms" +
                               (cpu ? "" : "  " + fixed(tflops, 2) + " TFLOP/s") + "  [" + fa::describe(p) + "]  [" +
                               where + "]";
   if (o.json) {
     std::ostringstream s;
-    s << "{\"stage\":\"10_backward\",\"backend\":\"" << device.backend << "\",\"device\":\""
+    s << "{\"stage\":\"" << name << "\",\"backend\":\"" << device.backend << "\",\"device\":\""
       << fa::json_escape(device.name) << "\",\"batch\":" << p.batch << ",\"heads\":" << p.heads
       << ",\"seq_q\":" << p.seq_q << ",\"seq_kv\":" << p.seq_kv << ",\"dim\":" << p.dim
       << ",\"causal\":" << (p.causal ? "true" : "false") << ",\"dtype\":\"fp32\",\"median_ms\":"
@@ -178,7 +185,7 @@ int run(int argc, char** argv) {
     const auto line = [](const std::string& key, const std::string& value) {
       std::cout << "  " << key << std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') << value << "\n";
     };
-    std::cout << "stage 10_backward: the backward pass, P recomputed from the log-sum-exp\n";
+    std::cout << "stage " << name << ": the backward pass, P recomputed from the log-sum-exp\n";
     line("device", cpu ? device.name + " (CPU backend: timings are not GPU performance)"
                        : device.name + " (" + std::to_string(device.sm_count) + " SMs)");
     line("shape", fa::describe(p));
