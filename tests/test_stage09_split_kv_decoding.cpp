@@ -20,6 +20,7 @@
 #include "common/reference.h"
 #include "common/verify.h"
 #include "stages/09_split_kv_decoding/split_kv_decoding.h"
+#include "stages/09_split_kv_decoding/tuning.h"
 #include "tests/catch.h"
 
 namespace fa::decode::planted {
@@ -30,12 +31,13 @@ void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const vo
 
 namespace {
 
-using Decoder = decltype(&fa::decode::attention);
+using fa::decode::Decoder;
+constexpr Decoder finished{fa::decode::make_plan, fa::decode::attention};
 
 // One decode step on fresh inputs (seeded), every row and its log-sum-exp checked.
 fa::AttentionCheck run_and_check(const fa::DecodeProblem& p, int64_t splits, uint64_t seed, float magnitude = 1.0f,
-                                 Decoder decoder = fa::decode::attention) {
-  const fa::decode::Plan plan = fa::decode::make_plan(p, fa::require_device().sm_count, splits);
+                                 Decoder decoder = finished) {
+  const fa::decode::Plan plan = decoder.make_plan(p, fa::require_device().sm_count, splits);
   if (splits > 0) REQUIRE(plan.splits == std::min(splits, p.longest()));
   const fa::AttentionInputs in = fa::random_decode_inputs(p, seed, magnitude);
   const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, p.dtype);
@@ -46,7 +48,7 @@ fa::AttentionCheck run_and_check(const fa::DecodeProblem& p, int64_t splits, uin
   o.fill_bytes(fa::kPoisonByte);
   lse.fill_bytes(fa::kPoisonByte);
   ws.fill_bytes(fa::kPoisonByte);
-  decoder(p, plan, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), o.data(), lse.data(), ws.data());
+  decoder.attention(p, plan, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), o.data(), lse.data(), ws.data());
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> got = fa::download_as_float(o.data(), static_cast<size_t>(p.q_elems()), p.dtype);
   const std::vector<float> got_lse = lse.download();
@@ -149,9 +151,9 @@ TEST_CASE("stage 09's plan: splits from the shape, none left empty", "[stage09][
   const fa::decode::Plan a = fa::decode::make_plan(mha, 132);
   CHECK(a.rows_per_block == 1);
   CHECK(a.row_groups == 1);
-  // One wave: at most FA09_BLOCKS_PER_SM blocks an SM (fewer where fewer fit), nearly full.
-  CHECK(a.splits * 32 <= 132 * FA09_BLOCKS_PER_SM);
-  if (fa::is_cpu_backend()) CHECK((a.splits + 1) * 32 > 132 * FA09_BLOCKS_PER_SM);  // a GPU may fit fewer
+  // One wave: at most fa::decode::Tuned::blocks_per_sm blocks an SM (fewer where fewer fit), nearly full.
+  CHECK(a.splits * 32 <= 132 * fa::decode::Tuned::blocks_per_sm);
+  if (fa::is_cpu_backend()) CHECK((a.splits + 1) * 32 > 132 * fa::decode::Tuned::blocks_per_sm);  // a GPU may fit fewer
   CHECK(a.splits * a.chunk >= 32768);
   CHECK((a.splits - 1) * a.chunk < 32768);
   // Grouped queries go to the tensor cores in fp16 and bf16 (16 rows a block), to CUDA cores
@@ -184,8 +186,8 @@ TEST_CASE("stage 09's plan: splits from the shape, none left empty", "[stage09][
   };
   CHECK(r.chunks == chunks_of(r.chunk));
   CHECK(r.splits == (32768 + r.chunk - 1) / r.chunk);
-  CHECK(r.blocks() * 8 <= 132 * FA09_BLOCKS_PER_SM);
-  if (fa::is_cpu_backend()) CHECK(chunks_of(r.chunk - 1) * 8 > 132 * FA09_BLOCKS_PER_SM);  // the smallest chunk that fits
+  CHECK(r.blocks() * 8 <= 132 * fa::decode::Tuned::blocks_per_sm);
+  if (fa::is_cpu_backend()) CHECK(chunks_of(r.chunk - 1) * 8 > 132 * fa::decode::Tuned::blocks_per_sm);  // the smallest chunk that fits
   CHECK(r.splits >= 16 * ((1000 + r.chunk - 1) / r.chunk));
 }
 
@@ -200,11 +202,35 @@ TEST_CASE("a decoding problem refuses what it cannot run, with a clear message",
   REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 0, 1, 100, {}, 64), HasSubstring("kv-heads must be at least 1"));
 }
 
+// Each variant of tuning.h changes one step of LOG.md; each must still decode: one query row
+// (CUDA cores, or the tensor cores in mma_all) and grouped queries (the tensor cores, or CUDA
+// cores in cuda_cores), a ragged batch with several splits and the planner's own choice,
+// bottom-right causal with several new queries, d = 64 and 128.
+TEST_CASE("every variant of stage 09 matches the reference", "[stage09][variants]") {
+  const std::vector<fa::Variant<Decoder>> variants = fa::decode::variants();
+  CHECK(variants.size() == std::tuple_size_v<fa::decode::Variants>);
+  uint64_t seed = 60;
+  for (const auto& v : variants) {
+    INFO("variant " << v.name << ": " << v.summary);
+    for (int64_t d : {64, 128}) {
+      const fa::DecodeProblem one = fa::make_decode_problem(2, 2, 2, 1, 700, {700, 45}, d, 0.0, false, fa::DType::F16);
+      require_passed(one, 5, run_and_check(one, 5, ++seed, 1.0f, v.run));
+      require_passed(one, 0, run_and_check(one, 0, ++seed, 1.0f, v.run));
+      const fa::DecodeProblem gqa = fa::make_decode_problem(2, 8, 2, 3, 500, {500, 130}, d, 0.0, true, fa::DType::F16);
+      require_passed(gqa, 4, run_and_check(gqa, 4, ++seed, 1.0f, v.run));
+    }
+  }
+  const fa::DecodeProblem bf16 = fa::make_decode_problem(1, 1, 1, 1, 10, {}, 64, 0.0, false, fa::DType::BF16);
+  REQUIRE_THROWS_WITH(fa::find_variant(variants, "no_pdl", "09").run.attention(bf16, {}, nullptr, nullptr, nullptr,
+                                                                               nullptr, nullptr, nullptr, nullptr),
+                      fa::test::HasSubstring("fp16 at d = 64 and 128 only"));
+}
+
 TEST_CASE("a merge that drops a sequence's partial last split is caught", "[stage09][planted]") {
   // 1000 keys in splits of 143 (7 splits): the last has 142 keys; 37 keys in one partial split.
   for (fa::DType dtype : all_dtypes()) {
     const fa::DecodeProblem p = fa::make_decode_problem(2, 2, 2, 1, 1000, {1000, 37}, 64, 0.0, false, dtype);
-    const fa::AttentionCheck bad = run_and_check(p, 7, 5, 1.0f, fa::decode::planted::attention);
+    const fa::AttentionCheck bad = run_and_check(p, 7, 5, 1.0f, {fa::decode::make_plan, fa::decode::planted::attention});
     INFO(fa::describe(bad.o, fa::decode_output_namer(p, bad.rows)));
     REQUIRE_FALSE(bad.passed());
     require_passed(p, 7, run_and_check(p, 7, 5));

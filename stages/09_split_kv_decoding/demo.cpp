@@ -10,6 +10,7 @@
  * stage09_split_kv_decoding --seq-q 4 --causal                # 4 new queries, bottom-right mask
  * stage09_split_kv_decoding --compare                         # beside stage 07 (or 05 in fp32)
  * stage09_split_kv_decoding --splits 1                        # one block per KV head: no split
+ * stage09_split_kv_decoding --variant no_pdl                  # one step of LOG.md undone
  * \endcode
  */
 #include <cuda_runtime.h>
@@ -34,6 +35,7 @@
 #include "stages/05_flash2/flash2_attention.h"
 #include "stages/07_memory_pipeline/pipelined_attention.h"
 #include "stages/09_split_kv_decoding/split_kv_decoding.h"
+#include "stages/09_split_kv_decoding/tuning.h"
 
 namespace {
 
@@ -106,7 +108,12 @@ int run(int argc, char** argv) {
   a.add_int_list("kv-lens", &o.kv_lens, "one cache length per sequence, each in [1, --seq-kv]");
   a.add_int("splits", &o.splits, "splits of the longest cache; the others get as many as its chunk size gives (0: chosen from the shape and the GPU)", 0);
   a.add_switch("bandwidth", &o.bandwidth, "also time a device-to-device copy of the cache's bytes");
+  const std::vector<fa::Variant<fa::decode::Decoder>> variants = fa::decode::variants();
+  a.add_string("variant", &o.variant, fa::variant_help(variants), "NAME");
   if (!a.parse(argc, argv)) return fa::kExitPassed;
+  const std::string name = o.variant.empty() ? "09_split_kv_decoding" : "09_split_kv_decoding:" + o.variant;
+  const fa::decode::Decoder decoder = o.variant.empty() ? fa::decode::Decoder{fa::decode::make_plan, fa::decode::attention}
+                                                        : fa::find_variant(variants, o.variant, "09_split_kv_decoding").run;
 
   fa::DType dtype;
   if (!fa::parse_dtype(o.dtype, &dtype)) {
@@ -118,7 +125,7 @@ int run(int argc, char** argv) {
   const fa::DecodeProblem p = fa::make_decode_problem(o.batch, o.heads, o.kv_heads ? o.kv_heads : o.heads, o.seq_q,
                                                       o.seq_kv, o.kv_lens, o.dim, o.scale, o.causal, dtype);
   const fa::DeviceInfo device = fa::require_device();
-  const fa::decode::Plan plan = fa::decode::make_plan(p, device.sm_count, o.splits);
+  const fa::decode::Plan plan = decoder.make_plan(p, device.sm_count, o.splits);
   const std::size_t workspace = fa::decode::workspace_bytes(p, plan);
   const std::size_t lse_bytes = static_cast<std::size_t>(p.rows()) * sizeof(float);
   fa::require_fits(device, p.device_bytes() + workspace + lse_bytes,
@@ -141,8 +148,8 @@ int run(int argc, char** argv) {
   out.fill_bytes(fa::kPoisonByte);
   lse.fill_bytes(fa::kPoisonByte);
   const auto step = [&] {
-    fa::decode::attention(p, plan, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), out.data(),
-                          lse.data(), ws.data());
+    decoder.attention(p, plan, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), out.data(), lse.data(),
+                      ws.data());
   };
   step();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -174,12 +181,12 @@ int run(int argc, char** argv) {
   }
 
   const std::string where = cpu ? "CPU backend" : "GPU: " + device.name;
-  const std::string summary = "09_split_kv_decoding: " + verdict + "  " + fixed(ms, 3) + " ms" +
+  const std::string summary = name + ": " + verdict + "  " + fixed(ms, 3) + " ms" +
                               (cpu ? "" : "  " + fixed(tbps, 2) + " TB/s") + "  [" + fa::describe(p) + "]  [" +
                               where + "]";
   if (o.json) {
     std::ostringstream s;
-    s << "{\"stage\":\"09_split_kv_decoding\",\"backend\":\"" << device.backend << "\",\"device\":\""
+    s << "{\"stage\":\"" << name << "\",\"backend\":\"" << device.backend << "\",\"device\":\""
       << fa::json_escape(device.name) << "\",\"batch\":" << p.batch << ",\"q_heads\":" << p.q_heads
       << ",\"kv_heads\":" << p.kv_heads << ",\"seq_q\":" << p.seq_q << ",\"max_seq_kv\":" << p.max_seq_kv
       << ",\"total_kv\":" << p.total_kv() << ",\"dim\":" << p.dim << ",\"causal\":" << (p.causal ? "true" : "false")
@@ -201,7 +208,7 @@ int run(int argc, char** argv) {
     const auto line = [](const std::string& key, const std::string& value) {
       std::cout << "  " << key << std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') << value << "\n";
     };
-    std::cout << "stage 09_split_kv_decoding: decoding with a split KV cache, merged by stage 02's rule\n";
+    std::cout << "stage " << name << ": decoding with a split KV cache, merged by stage 02's rule\n";
     line("device", cpu ? device.name + " (CPU backend: timings are not GPU performance)"
                        : device.name + " (" + std::to_string(device.sm_count) + " SMs)");
     line("shape", fa::describe(p));

@@ -43,6 +43,9 @@
  * traffic: K and V of the live cache once, plus Q, O and that workspace. It is
  * bandwidth-bound: the figure of merit is TB/s.
  *
+ * The kernels and the plan are templates on their configuration (tuning.h): `Tuned` is the
+ * finished one, and each variant there changes one step of LOG.md (`--variant NAME`).
+ *
  * Run: `stage09_split_kv_decoding --batch 1 --heads 32 --seq-kv 32768 --dim 128`
  */
 #include "stages/09_split_kv_decoding/split_kv_decoding.h"
@@ -58,6 +61,7 @@
 
 #include "common/cuda_check.h"
 #include "common/errors.h"
+#include "stages/09_split_kv_decoding/tuning.h"
 #include "common/head_dim.h"
 #include "stages/02_online_softmax/online_softmax.h"
 #include "stages/06_tensor_cores/mma.cuh"
@@ -154,10 +158,11 @@ __device__ __forceinline__ void write_row(T* O, float* lse, int64_t row, int c, 
 }
 
 /// Lets the merge kernel be launched now (programmatic dependent launch; see launch()): it
-/// waits for this kernel's results by itself. A no-op on the CPU backend.
+/// waits for this kernel's results by itself. A no-op without PDL and on the CPU backend.
+template <bool PDL>
 __device__ __forceinline__ void allow_merge_launch() {
-#if !FA_CPU_BACKEND && FA09_PDL
-  cudaTriggerProgrammaticLaunchCompletion();
+#if !FA_CPU_BACKEND
+  if constexpr (PDL) cudaTriggerProgrammaticLaunchCompletion();
 #endif
 }
 
@@ -248,19 +253,21 @@ __device__ __forceinline__ void merge_warps(const float* acc, const Stats* stats
 // ---- the split kernel on CUDA cores (one row, or fp32) -------------------------------
 
 /// One block: the keys of split blockIdx.y of one KV head for up to ROWS of its query rows
-/// (blockIdx.x = KV head · row groups + row group); see the file comment.
-template <typename T, int D, int ROWS>
-__global__ void __launch_bounds__(THREADS, FA09_MIN_BLOCKS)
+/// (blockIdx.x = KV head · row groups + row group); see the file comment. S is the
+/// configuration (tuning.h), Tuned for the finished kernel.
+template <typename T, int D, int ROWS, class S>
+__global__ void __launch_bounds__(THREADS, S::min_blocks)
     split_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  const int* __restrict__ kv_lens, Params prm, T* __restrict__ O, float* __restrict__ lse,
                  float* __restrict__ part_acc, Stats* __restrict__ part_stats) {
   constexpr int VEC = 16 / sizeof(T);     // elements in 16 bytes
   constexpr int LANES = D / VEC;          // lanes that share one key row, VEC values each
   constexpr int KEYS = 32 / LANES;        // key rows one warp-wide load covers
+  constexpr int UNROLL = S::unroll;         // loads of K and of V in flight per lane
   constexpr int WARP_KEYS = KEYS * UNROLL;  // keys a warp takes per iteration
   constexpr unsigned FULL = 0xffffffffu;
 
-  allow_merge_launch();
+  allow_merge_launch<S::pdl>();
   const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
   if (begin >= len) return;  // no chunk (only if the device's lengths are not the plan's)
 
@@ -448,8 +455,8 @@ struct MmaLayout {
 
 /// One block: the keys of split blockIdx.y of one KV head for up to 16 of its query rows,
 /// on tensor cores (T is __half or __nv_bfloat16); see the comment above.
-template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, FA09_MMA_MIN_BLOCKS)
+template <typename T, int D, class S>
+__global__ void __launch_bounds__(THREADS, S::mma_min_blocks)
     split_kernel_mma(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                      const int* __restrict__ kv_lens, Params prm, T* __restrict__ O, float* __restrict__ lse,
                      float* __restrict__ part_acc, Stats* __restrict__ part_stats) {
@@ -460,7 +467,7 @@ __global__ void __launch_bounds__(THREADS, FA09_MMA_MIN_BLOCKS)
   constexpr int NTILES = D / 8;   // n-tiles of P·V
   constexpr unsigned FULL = 0xffffffffu;
 
-  allow_merge_launch();
+  allow_merge_launch<S::pdl>();
   const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
   if (begin >= len) return;  // no chunk (only if the device's lengths are not the plan's)
 
@@ -594,14 +601,14 @@ __global__ void __launch_bounds__(THREADS, FA09_MMA_MIN_BLOCKS)
 // ---- the merge kernel ------------------------------------------------------------------
 
 /// One thread per output element: the splits of its row merged by stage 02's rule.
-template <typename T, int D>
+template <typename T, int D, bool PDL>
 __global__ void merge_kernel(const float* __restrict__ part_acc, const Stats* __restrict__ part_stats,
                              const int* __restrict__ kv_lens, Params prm, T* __restrict__ O,
                              float* __restrict__ lse) {
-#if !FA_CPU_BACKEND && FA09_PDL
+#if !FA_CPU_BACKEND
   // Launched early (programmatic dependent launch, see launch()): wait here until the split
   // kernel has finished and its partial results are visible.
-  cudaGridDependencySynchronize();
+  if constexpr (PDL) cudaGridDependencySynchronize();
 #endif
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= prm.total_rows * D) return;
@@ -639,7 +646,7 @@ Params make_params(const DecodeProblem& p, const Plan& plan) {
 }
 
 // Launches `kernel` (a split kernel for T and D) on the plan's grid, then the merge kernel.
-template <typename T, int D, typename Kernel>
+template <typename T, int D, class S, typename Kernel>
 void launch(Kernel kernel, const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
             const int* kv_lens, void* O, float* lse, void* workspace) {
   const Params prm = make_params(p, plan);
@@ -649,9 +656,10 @@ void launch(Kernel kernel, const DecodeProblem& p, const Plan& plan, const void*
   kernel<<<grid, THREADS>>>(static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), kv_lens,
                             prm, static_cast<T*>(O), lse, part_acc, part_stats);
   FA_CHECK_LAUNCH("split_kernel");
-  if (plan.splits > 1) {
-    const auto blocks = static_cast<unsigned>((p.rows() * D + MERGE_THREADS - 1) / MERGE_THREADS);
-#if !FA_CPU_BACKEND && FA09_PDL
+  if (plan.splits == 1) return;
+  const auto blocks = static_cast<unsigned>((p.rows() * D + MERGE_THREADS - 1) / MERGE_THREADS);
+#if !FA_CPU_BACKEND
+  if constexpr (S::pdl) {
     // Programmatic dependent launch (compute capability 9.0): the merge kernel may be
     // launched before the split kernel ends, so its launch overlaps the split kernel's last
     // blocks instead of following them; it waits for their results itself
@@ -664,13 +672,15 @@ void launch(Kernel kernel, const DecodeProblem& p, const Plan& plan, const void*
     early.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &early;
     config.numAttrs = 1;
-    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T, D>, part_acc, static_cast<const Stats*>(part_stats),
-                                     kv_lens, prm, static_cast<T*>(O), lse));
-#else
-    merge_kernel<T, D><<<blocks, MERGE_THREADS>>>(part_acc, part_stats, kv_lens, prm, static_cast<T*>(O), lse);
-#endif
+    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T, D, true>, part_acc,
+                                     static_cast<const Stats*>(part_stats), kv_lens, prm, static_cast<T*>(O), lse));
     FA_CHECK_LAUNCH("merge_kernel");
+    return;
   }
+#endif
+  // Without PDL, and on the CPU backend: after the split kernel, in stream order.
+  merge_kernel<T, D, S::pdl><<<blocks, MERGE_THREADS>>>(part_acc, part_stats, kv_lens, prm, static_cast<T*>(O), lse);
+  FA_CHECK_LAUNCH("merge_kernel");
 }
 
 // Each split's partial O (d floats a row) and its (m, l); nothing with one split.
@@ -689,42 +699,57 @@ void with_type(DType dtype, F&& f) {
   }
 }
 
-// Calls f(kernel) with the split kernel for T, D and rows_per_block (1, 4 or MMA_ROWS).
-template <typename T, int D, typename F>
+// Calls f(kernel) with the split kernel for T, D, S and rows_per_block (1, 4 or MMA_ROWS).
+template <typename T, int D, class S, typename F>
 void with_split_kernel(int rows_per_block, F&& f) {
-  if (rows_per_block == 1) return f(split_kernel<T, D, 1>);
+  if (rows_per_block == 1) return f(split_kernel<T, D, 1, S>);
   if constexpr (!std::is_same<T, float>::value) {
-    if (rows_per_block == MMA_ROWS) return f(split_kernel_mma<T, D>);
+    if (rows_per_block == MMA_ROWS) return f(split_kernel_mma<T, D, S>);
   }
-  f(split_kernel<T, D, 4>);
+  f(split_kernel<T, D, 4, S>);
+}
+
+// Calls f(T{}, std::integral_constant<int, D>{}) for p's element type and head dimension:
+// every one for the finished kernels, fp16 at d = 64 and 128 (what LOG.md measures) for a
+// variant of tuning.h.
+template <class S, typename F>
+void with_type_and_dim(const DecodeProblem& p, F&& f) {
+  if constexpr (std::is_same<S, Tuned>::value) {
+    with_head_dim(p.dim, [&](auto D) { with_type(p.dtype, [&](auto type) { f(type, D); }); });
+  } else {
+    if (p.dtype != DType::F16 || (p.dim != 64 && p.dim != 128)) {
+      throw InputError(std::string("stage 09's variant ") + S::name + " runs fp16 at d = 64 and 128 only");
+    }
+    if (p.dim == 64) return f(__half{}, std::integral_constant<int, 64>{});
+    f(__half{}, std::integral_constant<int, 128>{});
+  }
 }
 
 // Blocks of the split kernel for p's type and head dimension that fit on one SM at once
 // (registers are what limits them). The CPU backend runs one block at a time: there the
-// answer is FA09_BLOCKS_PER_SM, so plans come out as they would on a GPU.
+// answer is S::blocks_per_sm, so plans come out as they would on a GPU.
+template <class S>
 int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block) {
 #if FA_CPU_BACKEND
   (void)p, (void)rows_per_block;
-  return FA09_BLOCKS_PER_SM;
+  return S::blocks_per_sm;
 #else
   int blocks = 1;
-  with_head_dim(p.dim, [&](auto D) {
-    with_type(p.dtype, [&](auto type) {
-      with_split_kernel<decltype(type), decltype(D)::value>(rows_per_block, [&](auto kernel) {
-        FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, 0));
-      });
+  with_type_and_dim<S>(p, [&](auto type, auto D) {
+    with_split_kernel<decltype(type), decltype(D)::value, S>(rows_per_block, [&](auto kernel) {
+      FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, 0));
     });
   });
   return std::max(blocks, 1);
 #endif
 }
 
-}  // namespace
-
-Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) {
+// make_plan for configuration S.
+template <class S>
+Plan make_plan_as(const DecodeProblem& p, int sm_count, int64_t splits) {
   Plan plan;
   const int64_t rows = p.group() * p.seq_q;
-  const bool tensor_cores = p.dtype != DType::F32 && rows >= FA09_MMA_MIN_ROWS;
+  const bool tensor_cores = p.dtype != DType::F32 && rows >= S::mma_min_rows;
   plan.rows_per_block = tensor_cores ? MMA_ROWS : rows == 1 ? 1 : 4;
   plan.row_groups = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
   const int64_t heads = p.kv_heads * plan.row_groups;  // blocks per chunk of one sequence's keys
@@ -737,10 +762,10 @@ Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) {
     return n;
   };
   if (splits == 0) {
-    // One wave: as many blocks as fit on the GPU at once (at most FA09_BLOCKS_PER_SM an SM),
+    // One wave: as many blocks as fit on the GPU at once (at most S::blocks_per_sm an SM),
     // so the smallest chunk whose blocks fit in it. A second, partly filled wave would leave
     // most SMs idle at the end. The longest sequence gets at most L / MIN_CHUNK splits.
-    const int64_t per_sm = std::min<int64_t>(FA09_BLOCKS_PER_SM, resident_blocks_per_sm(p, plan.rows_per_block));
+    const int64_t per_sm = std::min<int64_t>(S::blocks_per_sm, resident_blocks_per_sm<S>(p, plan.rows_per_block));
     const int64_t wave = per_sm * std::max(sm_count, 1);
     const int64_t most_splits = std::max(int64_t{1}, longest / MIN_CHUNK);
     int64_t lo = (longest + most_splits - 1) / most_splits;  // the smallest chunk allowed
@@ -767,6 +792,23 @@ Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) {
   }
   return plan;
 }
+
+// attention for configuration S.
+template <class S>
+void attention_as(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
+                  const int* kv_lens, void* O, float* lse, void* workspace) {
+  with_type_and_dim<S>(p, [&](auto type, auto D) {
+    using T = decltype(type);
+    constexpr int d = decltype(D)::value;
+    with_split_kernel<T, d, S>(plan.rows_per_block, [&](auto kernel) {
+      launch<T, d, S>(kernel, p, plan, Q, K, V, kv_lens, O, lse, workspace);
+    });
+  });
+}
+
+}  // namespace
+
+Plan make_plan(const DecodeProblem& p, int sm_count, int64_t splits) { return make_plan_as<Tuned>(p, sm_count, splits); }
 
 std::size_t workspace_bytes(const DecodeProblem& p, const Plan& plan) { return partial_bytes(p, plan); }
 
@@ -795,15 +837,15 @@ std::string describe(const Plan& plan, const DecodeProblem& p) {
 
 void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
                const int* kv_lens, void* O, float* lse, void* workspace) {
-  with_head_dim(p.dim, [&](auto D) {
-    with_type(p.dtype, [&](auto type) {
-      using T = decltype(type);
-      constexpr int d = decltype(D)::value;
-      with_split_kernel<T, d>(plan.rows_per_block, [&](auto kernel) {
-        launch<T, d>(kernel, p, plan, Q, K, V, kv_lens, O, lse, workspace);
-      });
-    });
-  });
+  attention_as<Tuned>(p, plan, Q, K, V, kv_lens, O, lse, workspace);
+}
+
+// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage09.sh (a
+// planted copy of this file leaves them out: cmake/FaStage.cmake).
+std::vector<Variant<Decoder>> variants() {
+  return std::apply([](auto... s) {
+    return std::vector<Variant<Decoder>>{{s.name, s.summary, {make_plan_as<decltype(s)>, attention_as<decltype(s)>}}...};
+  }, Variants{});
 }
 
 }  // namespace fa::decode

@@ -15,40 +15,13 @@ namespace fa::decode {
 
 constexpr int WARPS = 4;             ///< warps per block; each streams its own keys
 constexpr int THREADS = 32 * WARPS;  ///< threads per block
-#ifndef FA09_UNROLL
-/// 16-byte loads of K (and as many of V) each lane keeps in flight, unless the build overrides it.
-#define FA09_UNROLL 4
-#endif
-constexpr int UNROLL = FA09_UNROLL;  ///< loads of K and of V in flight per lane
-#ifndef FA09_BLOCKS_PER_SM
-/// Most blocks per multiprocessor the automatic split count aims for, unless the build overrides it.
-#define FA09_BLOCKS_PER_SM 4
-#endif
-#ifndef FA09_MIN_BLOCKS
-/// Blocks per multiprocessor the compiler must leave registers for, unless the build overrides it.
-#define FA09_MIN_BLOCKS 1
-#endif
-#ifndef FA09_MMA_MIN_BLOCKS
-/// The same for the tensor-core kernel: 3 keeps d = 128 at three blocks a multiprocessor
-/// (160 registers; left to itself the compiler takes 173, which allows two).
-#define FA09_MMA_MIN_BLOCKS 3
-#endif
-#ifndef FA09_PDL
-/// 1: the merge kernel is launched with programmatic dependent launch (GPU backend); 0: plainly.
-#define FA09_PDL 1
-#endif
 constexpr int64_t MIN_CHUNK = 256;   ///< fewest keys a split gets from the automatic choice
 constexpr int MMA_ROWS = 16;         ///< query rows a tensor-core block serves: the M of m16n8k16
-#ifndef FA09_MMA_MIN_ROWS
-/// Fewest query rows per KV head (G·Nq) that go to the tensor cores in fp16 and bf16, unless
-/// the build overrides it.
-#define FA09_MMA_MIN_ROWS 2
-#endif
 
 /// How the work is cut: which rows a block serves and which keys.
 struct Plan {
   /// Query rows of one KV head a block serves: 1 or 4 on CUDA cores, MMA_ROWS (16) on tensor
-  /// cores (fp16 and bf16 with at least FA09_MMA_MIN_ROWS rows); a compile-time choice.
+  /// cores (fp16 and bf16 with at least 2 rows); a compile-time choice.
   int rows_per_block = 1;
   int64_t row_groups = 1;  ///< blocks that share one KV head's rows: ⌈G·Nq / rows_per_block⌉
   int64_t chunk = 1;       ///< keys per split (the last split of a sequence may have fewer)
@@ -62,7 +35,7 @@ struct Plan {
  * The plan for problem `p` on a GPU of `sm_count` multiprocessors. Every sequence's cache
  * is cut into splits of `chunk` keys, ⌈L_b / chunk⌉ for sequence b. With `splits` = 0 the
  * chunk is the smallest with which all blocks fill the GPU once: as many as fit on it at
- * the same time, at most FA09_BLOCKS_PER_SM per multiprocessor, with the longest sequence
+ * the same time, at most 4 per multiprocessor (tuning.h), with the longest sequence
  * cut into at most L / MIN_CHUNK splits. Otherwise the longest sequence gets `splits` (at
  * most its length: a split has at least one key), and the others as many as that chunk gives.
  * \throws InputError if the grid would exceed CUDA's limits.
