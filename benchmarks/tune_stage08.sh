@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Stage 08's optimisation log, measured: builds the stage's demo once per variant (a step
-# of the log switched off or changed, set with -D flags, see hopper_attention.h), times every
-# variant at the bar shapes in fp16 on a Hopper GPU, and reads the final kernel's counters
-# with Nsight Compute, if it is installed. An H100 at its power limit lowers its clock by up
-# to a quarter during a run, so each shape is timed in ROUNDS rounds (default 3) that take
-# the variants in turn, and the table gives each variant's median over the rounds.
+# Stage 08's optimisation log, measured: builds the stage once (its variants, each the
+# finished kernel with one step of LOG.md undone or changed, are the typed configurations of
+# stages/08_hopper/tuning.h, run with --variant), times every variant at the bar shapes in
+# fp16 on a Hopper GPU, and reads the finished kernel's counters with Nsight Compute, if it
+# is installed. An H100 at its power limit lowers its clock by up to a quarter during a run,
+# so each shape is timed in ROUNDS rounds (default 3) that take the variants in turn, and the
+# table gives each variant's median over the rounds.
 # Usage: bash benchmarks/tune_stage08.sh [--build-only] [out-dir]   (needs nvcc, CMake, Ninja, an H100)
-#   --build-only: build the variants and stop (a second call, with the same out-dir, times them)
+#   --build-only: build and stop (a second call, with the same out-dir, times the variants)
 set -uo pipefail
 build_only=0
 if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
@@ -15,27 +16,18 @@ rounds=${ROUNDS:-3}
 mkdir -p "$out"
 # shellcheck source=benchmarks/tune_lib.sh
 source "$(dirname "$0")/tune_lib.sh"
-# name : compile flags
+# --variant name : the configuration's struct in tuning.h (for ptxas' report)
 variants=(
-  "final:"                                                  # the defaults (hopper_attention.h)
-  "persistent_always:-DFA08_PERSISTENT=1"                   # one block a multiprocessor at every length
-  "one_tile_a_block:-DFA08_PERSISTENT=0"                    # a block for each Q tile (tuning run 3's kernel)
-  "three_consumers:-DFA08_CONSUMERS_D64=3"                  # d = 64: Br = 192 (spills 288 bytes)
-  "no_overlap:-DFA08_OVERLAP=0"                             # each product waited for at once
-  "ring2:-DFA08_STAGES=2"                                   # two K/V slots
-  "no_pingpong:-DFA08_PINGPONG=0"                           # the consumers do not take turns
-  "serial_reduce:-DFA08_TREE_REDUCE=0"                      # a row's max and sum in one chain each
-  "one_q_buffer:-DFA08_Q_BUFFERS_D64=1"                     # d = 64: the next tile's Q copied after this one's last S
-  "p_double:-DFA08_P_BUFFERS_D64=2"                         # d = 64: P_{j+1} made while P_j·V_j runs
-  "eager:-DFA08_LAZY_RESCALE=0"                             # O rescaled at every tile at d = 128 too
-  "lazy_all:-DFA08_LAZY_RESCALE=2"                          # lazy rescaling at d = 64 too
+  "tuned:Tuned" "persistent_always:PersistentAlways" "one_tile_a_block:OneTileABlock" "three_consumers:ThreeConsumers"
+  "no_overlap:NoOverlap" "ring2:Ring2" "no_pingpong:NoPingpong" "serial_reduce:SerialReduce" "one_q_buffer:OneQBuffer"
+  "p_double:PDouble" "eager:Eager" "lazy_all:LazyAll"
 )
-build_variants "$out" stage08_hopper
+bin="$out/build/bin/stage08_hopper"
+[ -x "$bin" ] || build_once "$out" stage08_hopper
 for v in "${variants[@]}"; do
-  name=${v%%:*}
+  name=${v%%:*} type=${v#*:}
   for d in 64 128; do
-    usage=$(ptxas_usage "$out/$name.build.log" "hopper_kernelI6__halfLi${d}E")
-    [ -n "${usage// /}" ] && echo "$name: d=$d $usage"  # (empty when ninja had nothing to rebuild)
+    echo "$name: d=$d $(ptxas_usage "$out/build.log" "hopper_kernelI6__halfLi${d}ENS0_${#type}${type}E")"
   done
 done
 [ $build_only = 1 ] && exit 0
@@ -49,10 +41,8 @@ for s in "${shapes[@]}"; do
   for round in $(seq "$rounds"); do
     for v in "${variants[@]}"; do
       name=${v%%:*}
-      bin="$out/$name/bin/stage08_hopper"
-      [ -x "$bin" ] || continue
       # shellcheck disable=SC2086
-      r=$("$bin" $s --brief --repeats 20 --warmup 3 --check-rows 64 2>/dev/null | sed -E 's/ +\[B=.*//')
+      r=$("$bin" $s --variant "$name" --brief --repeats 20 --warmup 3 --check-rows 64 2>/dev/null | sed -E 's/ +\[B=.*//')
       echo "$name|$s|$round|$r" >> "$raw"
     done
   done
@@ -70,7 +60,7 @@ for v in "${variants[@]}"; do
   done
 done
 if command -v ncu > /dev/null; then
-  # Where the final kernel's time goes: the tensor pipe, issue slots, stall reasons.
+  # Where the finished kernel's time goes: the tensor pipe, issue slots, stall reasons.
   m=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum
   m=$m,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
   for r in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected; do
@@ -80,7 +70,7 @@ if command -v ncu > /dev/null; then
   for s in "${shapes[0]}" "${shapes[1]}"; do
     echo "== ncu hopper_kernel, $s"
     # shellcheck disable=SC2086
-    ncu --metrics "$m" --launch-count 1 -k regex:hopper_kernel "$out/final/bin/stage08_hopper" $s --repeats 1 \
+    ncu --metrics "$m" --launch-count 1 -k regex:hopper_kernel "$bin" $s --repeats 1 \
       --warmup 0 --no-check 2>&1 | grep -E "sm__|smsp__|dram__|gpu__" | sed 's/^ *//'
   done
 fi

@@ -11,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/problem.h"
 #include "stages/08_hopper/hopper_attention.h"
+#include "stages/08_hopper/tuning.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
 
@@ -102,6 +103,16 @@ TEST_CASE("stage 08 over a long K/V sequence: a block for each Q tile at d = 128
 // Lazy rescaling (tests/stage_check.h): Nkv = 600 spans five K/V tiles.
 TEST_CASE("stage 08 at d = 128 with large logits, lazy rescaling at work", "[stage08][lazy]") {
   fa::test::check_lazy_rescaling(run_stage08, 600);
+}
+
+// Each variant undoes or changes one step of LOG.md; each must still compute attention.
+TEST_CASE("every variant of stage 08 matches the reference", "[stage08][variants]") {
+  const std::vector<fa::StageVariant> variants = fa::hopper::variants();
+  CHECK(variants.size() == std::tuple_size_v<fa::hopper::Variants>);
+  fa::test::check_variants(variants, /*with_lse=*/true);
+  const fa::AttentionProblem bf16 = fa::make_problem(1, 1, 8, 8, 64, 0.0, false, fa::DType::BF16);
+  REQUIRE_THROWS_WITH(fa::find_variant(variants, "ring2", "08").run(bf16, {nullptr, nullptr, nullptr, nullptr}, nullptr),
+                      fa::test::HasSubstring("fp16 only"));
 }
 
 TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[stage08]") {

@@ -1,6 +1,7 @@
 // Stage 08 as the shared demo driver sees it.
 #include "common/demo.h"
 #include "stages/08_hopper/hopper_attention.h"
+#include "stages/08_hopper/tuning.h"
 
 namespace fa::hopper {
 
@@ -23,13 +24,14 @@ StageDemo describe() {
                               " a head x " + std::to_string(p.batch_heads()) + " heads)";
     return std::vector<std::pair<std::string, std::string>>{
         {"tiles", "Br = " + std::to_string(br) + " query rows (64 per consumer warpgroup), Bc = " + std::to_string(Bc) +
-                      " key rows, a ring of " + std::to_string(FA08_STAGES) + " K/V slots; " +
+                      " key rows, a ring of " + std::to_string(Tuned::stages) + " K/V slots; " +
                       format_bytes(static_cast<double>(shared_bytes(p.dim))) + " of shared memory per block"},
         {"grid", std::string(persistent(p) ? "one block a multiprocessor working through " : "one block for each of ") + tiles +
                      ", " + std::to_string(128 * (1 + c)) + " threads each: a producer and " + std::to_string(c) +
                      " consumer warpgroups"},
         {"memory", "TMA global -> shared (128-byte swizzle), completing on mbarriers; wgmma reads shared memory directly"}};
   };
+  stage.variants = variants();
   return stage;
 }
 

@@ -30,7 +30,8 @@
  * producer and the consumers are different warps, so copies and math overlap without the
  * consumers ever issuing a copy; and the softmax of one tile runs while the tensor cores
  * multiply the previous one, with the two consumer warpgroups taking turns at issuing their
- * products (FA08_OVERLAP, FA08_PINGPONG: the README's optimisation log measures each).
+ * products. The kernel is a template on its configuration (tuning.h): `Tuned` is the finished
+ * kernel, and each variant there undoes or changes one step of LOG.md (`--variant NAME`).
  * Cost: no workspace; HBM traffic as stage 07 (Q and O once, K and V once per Q tile).
  * Parallelism: B·H·⌈Nq/128⌉ Q tiles, for blocks of 384 threads, one block a multiprocessor:
  * at d = 64, and at d = 128 up to Nkv = 8192, one block on each multiprocessor takes tile
@@ -53,46 +54,49 @@
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/07_memory_pipeline/fast_exp2.cuh"
 #include "stages/08_hopper/hopper.cuh"
+#include "stages/08_hopper/tuning.h"
 
 namespace fa::hopper {
 
 constexpr int WG = 128;                  ///< threads of a warpgroup
-constexpr int STAGES = FA08_STAGES;      ///< slots of the K/V ring
-constexpr bool PINGPONG = FA08_OVERLAP && FA08_PINGPONG;  ///< consumers take turns at their products
 constexpr int BOX = 64;                  ///< columns of one TMA box: 64 16-bit values, one 128-byte swizzle row
 constexpr int PRODUCER_REGS = 24;        ///< registers a producer thread keeps (setmaxnreg)
 constexpr float LOG2E = 1.4426950408889634f;  ///< scores are kept in base-2 units: s·scale·log2 e
 
-/// The block's shape at head dim D: C consumer warpgroups of 64 query rows each, and the
-/// registers each consumer thread may take once the producer has given its own back
-/// (65,536 a multiprocessor: 128 · (24 + C · regs) must fit, in steps of 8).
-template <int D>
+/// The block's shape at head dim D under configuration S (tuning.h; the finished kernel is
+/// Shape<D, Tuned>): C consumer warpgroups of 64 query rows each, and the registers each
+/// consumer thread may take once the producer has given its own back (65,536 a
+/// multiprocessor: 128 · (24 + C · regs) must fit, in steps of 8).
+template <int D, class S>
 struct Shape {
-  static constexpr int C = D == 64 ? FA08_CONSUMERS_D64 : 2;  ///< consumer warpgroups
+  static constexpr int STAGES = S::stages;                    ///< slots of the K/V ring
+  static constexpr bool PINGPONG = S::overlap && S::pingpong;  ///< consumers take turns at their products
+  static constexpr int C = D == 64 ? S::consumers_d64 : 2;    ///< consumer warpgroups
   static constexpr int BR = 64 * C;                           ///< query rows of a tile
   static constexpr int THREADS = WG * (1 + C);                ///< the producer warpgroup and the consumers
   static constexpr int CONSUMER_REGS = C == 2 ? 240 : 160;    ///< registers a consumer thread takes
   /// Q buffers: with 2, a block's tiles take them in turn, and the producer copies the next
   /// tile's Q while this one still runs (at d = 128 the K/V ring leaves no room for a second).
-  static constexpr int QB = D == 64 ? FA08_Q_BUFFERS_D64 : 1;
+  static constexpr int QB = D == 64 ? S::q_buffers_d64 : 1;
   /// P buffers: with 2, tiles take them in turn, and P_{j+1} is written while P_j·V_j still
   /// reads P_j (at d = 128 there are not the registers for a second).
-  static constexpr int PB = D == 64 ? FA08_P_BUFFERS_D64 : 1;
-  /// Lazy rescaling (FA08_LAZY_RESCALE): see softmax in the kernel.
-  static constexpr bool LAZY = FA08_LAZY_RESCALE == 2 || (FA08_LAZY_RESCALE == 1 && D == 128);
+  static constexpr int PB = D == 64 ? S::p_buffers_d64 : 1;
+  /// Lazy rescaling: see softmax in the kernel. It pays at d = 128 (LOG.md).
+  static constexpr bool LAZY = S::lazy == Lazy::always || (S::lazy == Lazy::at_d128 && D == 128);
 };
 
-/// The lazy rescale's slack, in base-2 units: with FA08_LAZY_RESCALE a row's max moves only
+/// The lazy rescale's slack, in base-2 units: with lazy rescaling a row's max moves only
 /// when a score passes it by more than this, so P ≤ 2^8, which fp16 and bf16 hold.
 constexpr float RESCALE_SLACK = 8.0f;
 
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
 /// 128-byte swizzle repeats every 1024 bytes and the tensor cores expect it aligned).
 /// A tile of R rows × D columns is stored as D/64 boxes of R rows × 128 bytes.
-template <int D>
+template <int D, class S>
 struct Smem {
-  static constexpr int QB = Shape<D>::QB;             ///< Q buffers
-  static constexpr int Q_BYTES = Shape<D>::BR * D * 2;  ///< one Q tile
+  static constexpr int STAGES = S::stages;              ///< slots of the K/V ring
+  static constexpr int QB = Shape<D, S>::QB;            ///< Q buffers
+  static constexpr int Q_BYTES = Shape<D, S>::BR * D * 2;  ///< one Q tile
   static constexpr int KV_BYTES = Bc * D * 2;           ///< one K (or V) tile
   static constexpr int q = 0;                           ///< QB Q tiles
   static constexpr int k = q + QB * Q_BYTES;            ///< STAGES K tiles
@@ -150,13 +154,15 @@ struct TileOrder {
  * tile's Q and K/V while the consumers still finish and write the last one. Without it, a
  * block for each tile. The tensor maps describe Q, K and V as [B·H][N][D].
  */
-template <typename T, int D>
-__global__ void __launch_bounds__(Shape<D>::THREADS, 1)
+template <typename T, int D, class S>
+__global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     hopper_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                   const __grid_constant__ CUtensorMap tv, T* O, float* lse, int seq_q, int seq_kv, float scale_log2,
                   TileOrder order) {
-  using L = Smem<D>;
-  constexpr int C = Shape<D>::C, BR = Shape<D>::BR;
+  using L = Smem<D, S>;
+  using Sh = Shape<D, S>;
+  constexpr int C = Sh::C, BR = Sh::BR, STAGES = Sh::STAGES;
+  constexpr bool PINGPONG = Sh::PINGPONG;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   constexpr int QB = L::QB;
@@ -225,14 +231,14 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     }
   } else {
     // ---------------- the consumers: warpgroup 1 + w has rows 64w .. 64w + 63 of the tile ----------------
-    setmaxnreg_inc<Shape<D>::CONSUMER_REGS>();
+    setmaxnreg_inc<Sh::CONSUMER_REGS>();
     const int cw = wg - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
     float o[D / 2];  // O: 64 × D per warpgroup, the wgmma accumulator layout
     float m[2], l[2];  // l: this thread's part of the row sum
     float s[Bc / 2];  // S: 64 × Bc per warpgroup
-    uint32_t p[Shape<D>::PB][Bc / 16][4];  // P (16-bit pairs): the A operand of P·V
+    uint32_t p[Sh::PB][Bc / 16][4];  // P (16-bit pairs): the A operand of P·V
     int it = 0;  // ring position of the tile's first K/V tile
     int i0 = 0, row0 = 0;  // the Q tile's first row; this thread's rows: row0 and row0 + 8
     int qb = 0;  // the Q buffer of the tile
@@ -269,14 +275,17 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     };
     const auto release = [&](int j) { mbarrier_arrive(&empty[(it + j) % STAGES]); };
 
-    // A row's max or sum over this thread's part of it (FA08_TREE_REDUCE: as a tree, in
-    // log2(Bc/4) dependent steps; else one value after the other, Bc/4 steps).
+    // A row's max or sum over this thread's part of it: as a tree, in log2(Bc/4) dependent
+    // steps (variant serial_reduce: one value after the other, Bc/4 steps).
     const auto reduce = [&](int r, auto op) {
-      if (FA08_TREE_REDUCE) return tc::row_reduce(s, r, op);
-      float x = op(s[2 * r], s[2 * r + 1]);
+      if constexpr (S::tree_reduce) {
+        return tc::row_reduce(s, r, op);
+      } else {
+        float x = op(s[2 * r], s[2 * r + 1]);
 #pragma unroll
-      for (int n = 1; n < Bc / 8; ++n) x = op(op(x, s[4 * n + 2 * r]), s[4 * n + 2 * r + 1]);
-      return x;
+        for (int n = 1; n < Bc / 8; ++n) x = op(op(x, s[4 * n + 2 * r]), s[4 * n + 2 * r + 1]);
+        return x;
+      }
     };
 
     // The online softmax of tile j on this thread's two rows (each row lives in one quad of
@@ -306,7 +315,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
       for (int r = 0; r < 2; ++r) {
         const float mx = tc::quad_max(reduce(r, [](float a, float b) { return fmaxf(a, b); })) * scale_log2;
         // finite: every row sees key 0 in tile 0
-        const float m_new = Shape<D>::LAZY ? (mx > m[r] + RESCALE_SLACK ? mx : m[r]) : fmaxf(m[r], mx);
+        const float m_new = Sh::LAZY ? (mx > m[r] + RESCALE_SLACK ? mx : m[r]) : fmaxf(m[r], mx);
         alpha[r] = pipe::fast_exp2<true>(m[r] - m_new);  // 0 on the first tile
         moved |= m_new != m[r];
 #pragma unroll
@@ -344,7 +353,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
       }
     };
 
-    // With FA08_PINGPONG the consumers take turns to issue their products, in a ring: each
+    // With PINGPONG the consumers take turns to issue their products, in a ring: each
     // waits at its own hardware barrier (1 + cw) and then lets the next one go.
     const auto my_turn = [&] {
       if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);
@@ -354,30 +363,30 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
     };
 
     // One K/V tile that has a next one: P_j (made already, in pj) times V_j, and S_{j+1}
-    // made into P_{j+1} (in pn). With FA08_OVERLAP, S_{j+1} is issued before P_j·V_j and its
-    // softmax runs while the tensor cores still multiply P_j·V_j; O is rescaled once that
-    // product is done (it adds into O), and so is P_{j+1} written, unless it has a buffer of
-    // its own (FA08_P_BUFFERS_D64 = 2: pn is not pj).
+    // made into P_{j+1} (in pn). S_{j+1} is issued before P_j·V_j and its softmax runs while
+    // the tensor cores still multiply P_j·V_j (variant no_overlap: each product waited for
+    // at once); O is rescaled once that product is done (it adds into O), and so is P_{j+1}
+    // written, unless it has a buffer of its own (Shape::PB = 2: pn is not pj).
     const auto tile = [&](int j, const uint32_t(&pj)[Bc / 16][4], uint32_t(&pn)[Bc / 16][4]) {
       my_turn();
-      if (FA08_OVERLAP) issue_s(j + 1);
+      if constexpr (S::overlap) issue_s(j + 1);
       issue_pv(j, pj);
       next_turn();
-      if (!FA08_OVERLAP) {
+      if constexpr (!S::overlap) {
         wgmma_wait<0>();
         release(j);
         issue_s(j + 1);
       }
-      wgmma_wait<FA08_OVERLAP>();  // S_{j+1} is done; P_j·V_j may still run
+      wgmma_wait<S::overlap ? 1 : 0>();  // S_{j+1} is done; P_j·V_j may still run
       fence_registers(s);
       float alpha[2];
       const bool moved = softmax(j + 1, alpha);
-      if (Shape<D>::PB == 2) make_p(pn);
+      if constexpr (Sh::PB == 2) make_p(pn);
       wgmma_wait<0>();
       fence_registers(o);
-      if (FA08_OVERLAP) release(j);  // this thread is done with the slot's K and V
-      if (Shape<D>::PB == 1) make_p(pn);
-      if (!Shape<D>::LAZY || __any_sync(0xffffffffu, moved)) rescale_o(alpha);
+      if constexpr (S::overlap) release(j);  // this thread is done with the slot's K and V
+      if constexpr (Sh::PB == 1) make_p(pn);
+      if (!Sh::LAZY || __any_sync(0xffffffffu, moved)) rescale_o(alpha);
     };
     // The last tile: P·V only. Every S product of the Q tile is done, so the Q buffer is
     // handed back first: the producer may copy the next tile's Q while this one finishes.
@@ -414,7 +423,7 @@ __global__ void __launch_bounds__(Shape<D>::THREADS, 1)
         softmax(0, alpha);
       }
       make_p(p[0]);
-      if constexpr (Shape<D>::PB == 1) {
+      if constexpr (Sh::PB == 1) {
         for (int j = 0; j + 1 < n_tiles; ++j) tile(j, p[0], p[0]);
         last_tile(n_tiles - 1, p[0]);
       } else {
@@ -476,16 +485,26 @@ CUtensorMap tensor_map(const void* base, int64_t heads, int64_t n, int d, int ro
   return map;
 }
 
-template <typename T, int D>
+template <class S>
+bool persistent_as(const AttentionProblem& p) {
+  if constexpr (S::schedule != Schedule::by_shape) {
+    return S::schedule == Schedule::persistent;
+  } else {
+    // d = 64 at every length; d = 128 where tiles are short: Nkv ≤ 8192 (LOG.md measures both)
+    return p.dim == 64 || (p.seq_kv + Bc - 1) / Bc <= 64;
+  }
+}
+
+template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
-  constexpr int BR = Shape<D>::BR;
+  constexpr int BR = Shape<D, S>::BR;
   if (p.seq_q > 2147483647 - BR || p.seq_kv > 2147483647 - Bc) throw InputError("stage 08: sequences too long");
   const int64_t bh = p.batch_heads();
   const CUtensorMap tq = tensor_map<T>(Q, bh, p.seq_q, D, BR);
   const CUtensorMap tk = tensor_map<T>(K, bh, p.seq_kv, D, Bc);
   const CUtensorMap tv = tensor_map<T>(V, bh, p.seq_kv, D, Bc);
-  const int smem = Smem<D>::bytes;
-  FA_CUDA_CHECK(cudaFuncSetAttribute(hopper_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int smem = Smem<D, S>::bytes;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(hopper_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 
   const unsigned tiles = q_tile_grid(p, BR, "stage 08");
   // Tile numbers (pairs round the count up by a tile a head) and the steps past them fit an int.
@@ -494,16 +513,34 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   order.q_tiles = static_cast<int>((p.seq_q + BR - 1) / BR);
   order.heads = static_cast<int>(bh);
   order.causal = p.causal;
-  order.persistent = persistent(p);
+  order.persistent = persistent_as<S>(p);
   int device = 0, sms = 0;
   FA_CUDA_CHECK(cudaGetDevice(&device));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const unsigned units = order.paired() ? static_cast<unsigned>(bh * order.pairs()) : tiles;
   const unsigned blocks = order.persistent ? std::min(units, static_cast<unsigned>(sms)) : tiles;
-  hopper_kernel<T, D><<<blocks, Shape<D>::THREADS, smem>>>(tq, tk, tv, static_cast<T*>(O), lse,
-                                                           static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
-                                                           static_cast<float>(p.scale) * LOG2E, order);
+  hopper_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem>>>(tq, tk, tv, static_cast<T*>(O), lse,
+                                                                 static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
+                                                                 static_cast<float>(p.scale) * LOG2E, order);
   FA_CHECK_LAUNCH("hopper_kernel");
+}
+
+/// Refuses what no stage-08 kernel runs, with a message: another head dim, or a GPU that is
+/// not a Hopper.
+void require_runnable(const AttentionProblem& p) {
+  if (p.dim != 64 && p.dim != 128) {
+    throw InputError("stage 08: head dim " + std::to_string(p.dim) + " is not supported (64 or 128)");
+  }
+  const std::string why = unavailable_reason();
+  if (!why.empty()) throw NoGpuError(why);
+}
+
+/// A variant of tuning.h, built for what LOG.md measures: fp16 (at d = 64 and 128).
+template <class S>
+void run_variant(const AttentionProblem& p, const DeviceTensors& t, void*) {
+  if (p.dtype != DType::F16) throw InputError(std::string("stage 08's variant ") + S::name + " runs fp16 only");
+  require_runnable(p);
+  (p.dim == 64 ? launch<__half, 64, S> : launch<__half, 128, S>)(p, t.q, t.k, t.v, t.o, t.lse);
 }
 
 }  // namespace
@@ -522,41 +559,36 @@ std::string unavailable_reason() {
 }
 
 std::size_t shared_bytes(int64_t d) {
-  if (d == 64) return Smem<64>::bytes;
-  if (d == 128) return Smem<128>::bytes;
+  if (d == 64) return Smem<64, Tuned>::bytes;
+  if (d == 128) return Smem<128, Tuned>::bytes;
   throw InputError("stage 08: head dim " + std::to_string(d) + " is not supported (64 or 128)");
 }
 
 int consumers(int64_t d) {
-  if (d == 64) return Shape<64>::C;
-  if (d == 128) return Shape<128>::C;
+  if (d == 64) return Shape<64, Tuned>::C;
+  if (d == 128) return Shape<128, Tuned>::C;
   throw InputError("stage 08: head dim " + std::to_string(d) + " is not supported (64 or 128)");
 }
 
 int block_rows(int64_t d) { return 64 * consumers(d); }
 
-bool persistent(const AttentionProblem& p) {
-  if (FA08_PERSISTENT != 2) return FA08_PERSISTENT != 0;
-  // d = 64 at every length; d = 128 where tiles are short: Nkv ≤ 8192 (the log measures both)
-  return p.dim == 64 || (p.seq_kv + Bc - 1) / Bc <= 64;
-}
+bool persistent(const AttentionProblem& p) { return persistent_as<Tuned>(p); }
 
 double hbm_bytes_model(const AttentionProblem& p) { return q_outer_hbm_bytes(p, block_rows(p.dim)); }
 
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
   tc::with_mma_type(p.dtype, "stage 08", [&](auto type) {
     using T = decltype(type);
-    if (p.dim != 64 && p.dim != 128) {
-      throw InputError("stage 08: head dim " + std::to_string(p.dim) + " is not supported (64 or 128)");
-    }
-    const std::string why = unavailable_reason();
-    if (!why.empty()) throw NoGpuError(why);
-    if (p.dim == 64) {
-      launch<T, 64>(p, Q, K, V, O, lse);
-    } else {
-      launch<T, 128>(p, Q, K, V, O, lse);
-    }
+    require_runnable(p);
+    (p.dim == 64 ? launch<T, 64, Tuned> : launch<T, 128, Tuned>)(p, Q, K, V, O, lse);
   });
+}
+
+// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage08.sh (a
+// planted copy of this file leaves them out: cmake/FaStage.cmake).
+std::vector<StageVariant> variants() {
+  return std::apply([](auto... s) { return std::vector<StageVariant>{{s.name, s.summary, run_variant<decltype(s)>}...}; },
+                    Variants{});
 }
 
 }  // namespace fa::hopper

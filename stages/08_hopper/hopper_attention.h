@@ -23,37 +23,6 @@ StageDemo describe();
 
 constexpr int Bc = 128;  ///< key/value rows per tile (one TMA box each of K and V)
 
-/// \name The optimisation log's switches (benchmarks/tune_stage08.sh builds each variant)
-///@{
-#ifndef FA08_STAGES
-#define FA08_STAGES 3  ///< K/V tiles in flight: the ring's slots
-#endif
-#ifndef FA08_OVERLAP
-#define FA08_OVERLAP 1  ///< softmax of tile j+1 while P_j·V_j runs (0: each product waited for at once)
-#endif
-#ifndef FA08_PINGPONG
-#define FA08_PINGPONG 1  ///< with FA08_OVERLAP: the consumers take turns at the tensor cores
-#endif
-#ifndef FA08_CONSUMERS_D64
-#define FA08_CONSUMERS_D64 2  ///< consumer warpgroups (64 query rows each) at d = 64 (2 or 3); d = 128 has 2
-#endif
-#ifndef FA08_PERSISTENT
-#define FA08_PERSISTENT 2  ///< one block a multiprocessor (1: always; 0: a block a tile; 2: see persistent())
-#endif
-#ifndef FA08_TREE_REDUCE
-#define FA08_TREE_REDUCE 1  ///< a row's max and sum as a tree (0: one long chain of dependent steps)
-#endif
-#ifndef FA08_LAZY_RESCALE
-#define FA08_LAZY_RESCALE 1  ///< a row's max moves only by more than 2^8 (stage 07's lazy rescaling; 1: at d = 128, 2: always)
-#endif
-#ifndef FA08_P_BUFFERS_D64
-#define FA08_P_BUFFERS_D64 1  ///< P's registers at d = 64 (2: P_{j+1} is made while P_j·V_j still runs); d = 128 has 1
-#endif
-#ifndef FA08_Q_BUFFERS_D64
-#define FA08_Q_BUFFERS_D64 2  ///< Q buffers at d = 64 (2: the next tile's Q is copied while this one runs); d = 128 has 1
-#endif
-///@}
-
 /// Query rows of a block (Br) at head dim d: 64 per consumer warpgroup.
 int block_rows(int64_t d);
 
@@ -61,12 +30,11 @@ int block_rows(int64_t d);
 int consumers(int64_t d);
 
 /// Whether the kernel runs with one block a multiprocessor, each taking Q tiles (or pairs
-/// of them) one after another, rather than a block for each Q tile. With FA08_PERSISTENT = 2
-/// (the default): at d = 64 always, and at d = 128 when a head has at most 64 K/V tiles
-/// (Nkv ≤ 8192), where a Q tile's run is short and starting and ending it (the wait for its
-/// first copies, the stores of O) is a larger share of it; at d = 128 over long K/V
-/// sequences the static schedule's last round costs about what it saves (the README's log
-/// measures both).
+/// of them) one after another, rather than a block for each Q tile: at d = 64 always, and
+/// at d = 128 when a head has at most 64 K/V tiles (Nkv ≤ 8192), where a Q tile's run is
+/// short and starting and ending it (the wait for its first copies, the stores of O) is a
+/// larger share of it; at d = 128 over long K/V sequences the static schedule's last round
+/// costs about what it saves (LOG.md measures both).
 bool persistent(const AttentionProblem& p);
 
 /// Whether this build has stage 08's kernels (nvcc with sm_90a) and this process's GPU
