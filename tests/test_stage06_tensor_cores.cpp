@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "common/problem.h"
 #include "stages/06_tensor_cores/tensor_core_attention.h"
+#include "stages/06_tensor_cores/tuning.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
 
@@ -29,6 +30,13 @@ TEST_CASE("stage 06 matches the reference in fp16, log-sum-exp included", "[stag
 
 TEST_CASE("stage 06 matches the reference in bf16, log-sum-exp included", "[stage06][bf16]") {
   fa::test::check_attention_stage(run_stage06, /*with_lse=*/true, /*causal=*/true, fa::DType::BF16);
+}
+
+// Each variant is the kernel with other tiles or launch bound; each must still compute attention.
+TEST_CASE("every variant of stage 06 matches the reference", "[stage06][variants]") {
+  const std::vector<fa::StageVariant> variants = fa::tensor_core::variants();
+  CHECK(variants.size() == std::tuple_size_v<fa::tensor_core::Variants>);
+  fa::test::check_variants(variants, /*with_lse=*/true);
 }
 
 TEST_CASE("stage 06 refuses fp32 with a clear message", "[stage06]") {

@@ -1,6 +1,7 @@
 // Stage 06 as the shared demo driver sees it.
 #include "common/demo.h"
 #include "stages/06_tensor_cores/tensor_core_attention.h"
+#include "stages/06_tensor_cores/tuning.h"
 
 namespace fa::tensor_core {
 
@@ -22,10 +23,12 @@ StageDemo describe() {
                       " key rows; " + format_bytes(static_cast<double>(shared_bytes(p.dim))) +
                       " of shared memory per block"},
         {"grid", std::to_string(q_tiles * p.batch_heads()) + " blocks (" + std::to_string(q_tiles) +
-                     " Q tiles x " + std::to_string(p.batch_heads()) + " heads), 128 threads each"},
+                     " Q tiles x " + std::to_string(p.batch_heads()) + " heads), " + std::to_string(32 * (Br / 16)) +
+                     " threads each (a warp per 16 query rows)"},
         {"math", "mma.sync.m16n8k16 with " + std::string(dtype_name(p.dtype)) +
                      " operands and fp32 accumulators; softmax in fp32"}};
   };
+  stage.variants = variants();
   return stage;
 }
 

@@ -43,6 +43,7 @@
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
 #include "stages/06_tensor_cores/mma.cuh"
+#include "stages/06_tensor_cores/tuning.h"
 
 namespace fa::tensor_core {
 
@@ -53,15 +54,17 @@ using tc::pack2;
 using tc::quad_max;
 using tc::quad_sum;
 
-constexpr int WARPS = Br / 16;       ///< one warp per 16 query rows (the mma's M)
-constexpr int THREADS = 32 * WARPS;  ///< threads per block
-static_assert(Br % 16 == 0 && Bc % 16 == 0, "warps own 16 rows; P·V takes 16 keys (the mma's K) a step");
-#ifndef FA06_MIN_BLOCKS
-/// MIN_BLOCKS, unless the build overrides it (-DFA06_MIN_BLOCKS=2).
-#define FA06_MIN_BLOCKS 4
-#endif
-/// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__).
-constexpr int MIN_BLOCKS = FA06_MIN_BLOCKS;
+/// The block's shape under configuration Tiles (tuning.h; the finished kernel's is
+/// Config<Tuned>): Br and Bc, one warp per 16 query rows (the mma's M).
+template <class Tiles>
+struct Config {
+  static constexpr int Br = Tiles::br;           ///< query rows per tile
+  static constexpr int Bc = Tiles::bc;           ///< key/value rows per tile
+  static constexpr int THREADS = 32 * (Br / 16);  ///< threads per block
+  /// Blocks per multiprocessor the compiler must leave registers for (__launch_bounds__).
+  static constexpr int MIN_BLOCKS = Tiles::min_blocks;
+  static_assert(Br % 16 == 0 && Bc % 16 == 0, "warps own 16 rows; P·V takes 16 keys (the mma's K) a step");
+};
 
 /// Shared-memory row stride (elements) of the Q, K and V tiles for head dimension D.
 /// The 8 extra elements (16 bytes) shift each row by 4 banks, so the 8 row addresses of
@@ -72,8 +75,9 @@ constexpr int stride() {
 }
 
 /// Copies `rows` rows of D elements into a tile of row stride stride<D>(), 16 bytes per
-/// thread per step; rows past `valid` are zero-filled, so edge tiles need no special case.
-template <typename T, int D>
+/// thread per step (THREADS threads); rows past `valid` are zero-filled, so edge tiles need
+/// no special case.
+template <typename T, int D, int THREADS>
 __device__ void load_tile(T* tile, const T* src, int rows, int valid) {
   constexpr int CHUNKS = D / 8;  // 16-byte pieces per row
   for (int idx = threadIdx.x; idx < rows * CHUNKS; idx += THREADS) {
@@ -85,11 +89,12 @@ __device__ void load_tile(T* tile, const T* src, int rows, int valid) {
 }
 
 /// One block per (Q tile, batch·head), flattened into blockIdx.x: K/V tiles inner.
-/// T is __half or __nv_bfloat16.
-template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) tensor_core_kernel(const T* Q, const T* K, const T* V, T* O, float* lse,
-                                                              int64_t seq_q, int64_t seq_kv, float scale_log2,
-                                                              bool causal) {
+/// T is __half or __nv_bfloat16; Tiles the configuration (tuning.h), Tuned for the finished kernel.
+template <typename T, int D, class Tiles>
+__global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLOCKS)
+    tensor_core_kernel(const T* Q, const T* K, const T* V, T* O, float* lse, int64_t seq_q, int64_t seq_kv,
+                       float scale_log2, bool causal) {
+  constexpr int Br = Config<Tiles>::Br, Bc = Config<Tiles>::Bc, THREADS = Config<Tiles>::THREADS;
   constexpr int S = stride<D>();
   extern __shared__ uint4 smem[];     // uint4: 16-byte aligned, as ldmatrix needs
   T* Qs = reinterpret_cast<T*>(smem);  // [Br][S]  the Q tile
@@ -107,7 +112,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) tensor_core_kernel(const 
   T* Oh = O + bh * seq_q * D;
 
   const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
-  load_tile<T, D>(Qs, Qh + i0 * D, Br, q_valid);
+  load_tile<T, D, THREADS>(Qs, Qh + i0 * D, Br, q_valid);
 
   // The running state of this lane's two rows (g and g+8 of the warp's 16), on chip for
   // the whole loop. O is D/8 C fragments of 16×8: o[n][0..1] row g, o[n][2..3] row g+8.
@@ -129,8 +134,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) tensor_core_kernel(const 
   const int64_t kv_end = causal && i0 + Br < seq_kv ? i0 + Br : seq_kv;  // causal: stop at the diagonal
   for (int64_t j0 = 0; j0 < kv_end; j0 += Bc) {  // ---- the only loop: K/V tiles ----
     const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
-    load_tile<T, D>(Ks, Kh + j0 * D, Bc, kv_valid);
-    load_tile<T, D>(Vs, Vh + j0 * D, Bc, kv_valid);
+    load_tile<T, D, THREADS>(Ks, Kh + j0 * D, Bc, kv_valid);
+    load_tile<T, D, THREADS>(Vs, Vh + j0 * D, Bc, kv_valid);
     __syncthreads();  // K_j, V_j (and, on the first pass, Q_i) are in shared memory
 
     // S = Q_i·K_jᵀ for the warp's 16 rows: Bc/8 C fragments of 16×8, fp32.
@@ -215,25 +220,39 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) tensor_core_kernel(const 
 
 namespace {
 
-template <typename T, int D>
+/// Shared memory of one block: Q, K and V tiles of 16-bit elements, rows padded to stride<D>().
+template <int D, class Tiles>
+constexpr std::size_t smem_bytes() {
+  return static_cast<std::size_t>((Tiles::br + 2 * Tiles::bc) * stride<D>()) * 2;
+}
+
+template <typename T, int D, class Tiles>
 void launch(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
-  const std::size_t smem = shared_bytes(D);
+  constexpr std::size_t smem = smem_bytes<D, Tiles>();
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
-  FA_CUDA_CHECK(cudaFuncSetAttribute(tensor_core_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  FA_CUDA_CHECK(cudaFuncSetAttribute(tensor_core_kernel<T, D, Tiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const unsigned blocks = q_tile_grid(p, Br, "stage 06");
+  const unsigned blocks = q_tile_grid(p, Tiles::br, "stage 06");
   constexpr float LOG2E = 1.4426950408889634f;
-  tensor_core_kernel<T, D><<<blocks, THREADS, smem>>>(
+  tensor_core_kernel<T, D, Tiles><<<blocks, Config<Tiles>::THREADS, smem>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       p.seq_q, p.seq_kv, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("tensor_core_kernel");
 }
 
+/// A variant of tuning.h, built for what the tuning runs measured: fp16 at d = 64 and 128.
+template <class Tiles>
+void run_variant(const AttentionProblem& p, const DeviceTensors& t, void*) {
+  if (p.dtype != DType::F16 || (p.dim != 64 && p.dim != 128)) {
+    throw InputError(std::string("stage 06's variant ") + Tiles::name + " runs fp16 at d = 64 and 128 only");
+  }
+  (p.dim == 64 ? launch<__half, 64, Tiles> : launch<__half, 128, Tiles>)(p, t.q, t.k, t.v, t.o, t.lse);
+}
+
 }  // namespace
 
 std::size_t shared_bytes(int64_t d) {
-  // Q, K and V tiles of 16-bit elements, rows padded to stride<D>().
-  return with_head_dim(d, [](auto D) { return static_cast<std::size_t>((Br + 2 * Bc) * stride<decltype(D)::value>()) * 2; });
+  return with_head_dim(d, [](auto D) { return smem_bytes<decltype(D)::value, Tuned>(); });
 }
 
 double hbm_bytes_model(const AttentionProblem& p) {
@@ -243,9 +262,16 @@ double hbm_bytes_model(const AttentionProblem& p) {
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
   with_head_dim(p.dim, [&](auto D) {
     tc::with_mma_type(p.dtype, "stage 06", [&](auto type) {
-      launch<decltype(type), decltype(D)::value>(p, Q, K, V, O, lse);
+      launch<decltype(type), decltype(D)::value, Tuned>(p, Q, K, V, O, lse);
     });
   });
+}
+
+// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage06.sh (a
+// planted copy of this file leaves them out: cmake/FaStage.cmake).
+std::vector<StageVariant> variants() {
+  return std::apply([](auto... s) { return std::vector<StageVariant>{{s.name, s.summary, run_variant<decltype(s)>}...}; },
+                    Variants{});
 }
 
 }  // namespace fa::tensor_core

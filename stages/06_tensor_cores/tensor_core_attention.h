@@ -18,18 +18,8 @@ namespace fa::tensor_core {
 /// This stage as the shared demo driver sees it (stageNN demo, and --compare in later stages).
 StageDemo describe();
 
-// Tile sizes. The -D overrides exist for benchmarks/tune_stage06.sh, which builds and
-// times variants side by side; the defaults are what that measured best.
-#ifndef FA06_BR
-/// Br, unless the build overrides it (-DFA06_BR=128).
-#define FA06_BR 64
-#endif
-#ifndef FA06_BC
-/// Bc, unless the build overrides it (-DFA06_BC=32).
-#define FA06_BC 64
-#endif
-constexpr int Br = FA06_BR;  ///< query rows per tile: one warp per 16 rows (the mma's M)
-constexpr int Bc = FA06_BC;  ///< key/value rows per tile
+constexpr int Br = 64;  ///< query rows per tile: one warp per 16 rows (the mma's M)
+constexpr int Bc = 64;  ///< key/value rows per tile
 
 /// Shared memory one block uses for head dimension d: Q, K and V tiles of 16-bit values.
 std::size_t shared_bytes(int64_t d);
