@@ -11,8 +11,8 @@ Reads, from one results folder: bench.csv and bench.json (fa_bench), torch.csv
   memory_d<d>.svg    device memory one forward pass needs vs N
   hbm.svg            measured DRAM bytes vs each stage's IO model
 
-With --readme FILE, the part of FILE between the "benchmark results" markers is
-replaced by a summary that links the above. With --check it writes nothing and exits 1
+With --readme FILE, the part of FILE between the "benchmark results" markers is replaced
+by a summary: the headline table, one plot and a link to the above. With --check it writes nothing and exits 1
 if any of those files differs from what the CSV files give (CI runs this on the
 committed results, so no figure in them can be edited by hand). Python 3 standard
 library only.
@@ -508,11 +508,9 @@ def main():
         if (SEEDS_D in dims) and SEEDS_N in seqs:
             section += [f"At the seeds' shape (N={SEEDS_N}, d={SEEDS_D}); every other implementation and shape is "
                         "in RESULTS.md:", "", seeds_table(idx, plotted_only=True), ""]
-            section += [f"- {h}" for h in headlines(idx)] + [""]
-        section += [f"![{alt}]({rel}/{p})" for p, alt in plots
-                    if not p.startswith("memory_d128") and not p.endswith(("_bf16.svg", "d128_fp16.svg"))]
-        section += ["", f"Every shape, d = 128, the HBM table and PyTorch's declined combinations: "
-                    f"[{rel}/RESULTS.md]({rel}/RESULTS.md).", "", END]
+        section += [f"![{alt}]({rel}/{p})" for p, alt in plots if p == f"time_d{SEEDS_D}.svg"]
+        section += ["", f"The headline ratios, every shape, d = 128, FP16 and BF16, the other plots, the HBM table "
+                    f"and PyTorch's declined combinations: [{rel}/RESULTS.md]({rel}/RESULTS.md).", "", END]
         text = open(args.readme).read()
         if BEGIN in text and END in text:
             text = text[:text.index(BEGIN)] + "\n".join(section) + text[text.index(END) + len(END):]
