@@ -131,36 +131,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-/// v[0] = op over v[0 .. N−1], as a tree: log2(N) dependent steps instead of N − 1.
-template <int N, typename Op>
-__device__ __forceinline__ float tree_reduce(float (&v)[N], Op op) {
-#pragma unroll
-  for (int w = 1; w < N; w *= 2) {
-#pragma unroll
-    for (int n = 0; n + w < N; n += 2 * w) v[n] = op(v[n], v[n + w]);
-  }
-  return v[0];
-}
-
-/// Max (op = fmaxf) or sum (op = add) of this lane's 2·N values of one row of N C
-/// fragments (h = 0: row g, h = 1: row g + 8), as a tree.
-template <int N, typename Op>
-__device__ __forceinline__ float row_reduce(const float (&c)[N][4], int h, Op op) {
-  float v[N];
-#pragma unroll
-  for (int n = 0; n < N; ++n) v[n] = op(c[n][2 * h], c[n][2 * h + 1]);
-  return tree_reduce(v, op);
-}
-/// The same over M/4 C fragments laid end to end in one array (c[4n + 2h], c[4n + 2h + 1]).
-template <int M, typename Op>
-__device__ __forceinline__ float row_reduce(const float (&c)[M], int h, Op op) {
-  static_assert(M % 4 == 0, "whole C fragments");
-  float v[M / 4];
-#pragma unroll
-  for (int n = 0; n < M / 4; ++n) v[n] = op(c[4 * n + 2 * h], c[4 * n + 2 * h + 1]);
-  return tree_reduce(v, op);
-}
-
 /// Host side: calls f(T{}) with T the 16-bit type of `dtype`, __half or __nv_bfloat16, so a
 /// launcher picks its kernel template; fp32 throws InputError naming `stage`.
 template <typename F>

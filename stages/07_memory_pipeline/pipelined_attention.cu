@@ -48,18 +48,19 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
+#include "common/device_math.cuh"
 #include "common/head_dim.h"
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/07_memory_pipeline/cp_async.cuh"
-#include "stages/07_memory_pipeline/fast_exp2.cuh"
 #include "stages/07_memory_pipeline/tuning.h"
 
 namespace fa::pipeline {
 
+using dev::fast_exp2;
+using dev::row_reduce;
 using pipe::cp_async_16;
 using pipe::cp_async_commit;
 using pipe::cp_async_wait;
-using pipe::fast_exp2;
 using pipe::swizzle;
 using tc::ldmatrix_x4;
 using tc::ldmatrix_x4_trans;
@@ -67,7 +68,6 @@ using tc::mma_m16n8k16;
 using tc::pack2;
 using tc::quad_max;
 using tc::quad_sum;
-using tc::row_reduce;
 
 /// The kernel's shape and choices for head dimension D under configuration S (tuning.h;
 /// the finished kernel is Config<D, Tuned>).

@@ -49,10 +49,10 @@
 #include <string>
 
 #include "common/cuda_check.h"
+#include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
 #include "stages/06_tensor_cores/mma.cuh"
-#include "stages/07_memory_pipeline/fast_exp2.cuh"
 #include "stages/08_hopper/hopper.cuh"
 #include "stages/08_hopper/tuning.h"
 
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     // steps (variant serial_reduce: one value after the other, Bc/4 steps).
     const auto reduce = [&](int r, auto op) {
       if constexpr (S::tree_reduce) {
-        return tc::row_reduce(s, r, op);
+        return dev::row_reduce(s, r, op);
       } else {
         float x = op(s[2 * r], s[2 * r + 1]);
 #pragma unroll
@@ -316,14 +316,14 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         const float mx = tc::quad_max(reduce(r, [](float a, float b) { return fmaxf(a, b); })) * scale_log2;
         // finite: every row sees key 0 in tile 0
         const float m_new = Sh::LAZY ? (mx > m[r] + RESCALE_SLACK ? mx : m[r]) : fmaxf(m[r], mx);
-        alpha[r] = pipe::fast_exp2<true>(m[r] - m_new);  // 0 on the first tile
+        alpha[r] = dev::fast_exp2<true>(m[r] - m_new);  // 0 on the first tile
         moved |= m_new != m[r];
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = s[4 * n + 2 * r + e];
-            x = pipe::fast_exp2<true>(fmaf(x, scale_log2, -m_new));
+            x = dev::fast_exp2<true>(fmaf(x, scale_log2, -m_new));
           }
         }
         l[r] = alpha[r] * l[r] + reduce(r, [](float a, float b) { return a + b; });

@@ -161,7 +161,7 @@ __device__ __forceinline__ void write_row(T* O, float* lse, int64_t row, int c, 
 /// waits for this kernel's results by itself. A no-op without PDL and on the CPU backend.
 template <bool PDL>
 __device__ __forceinline__ void allow_merge_launch() {
-#if !FA_CPU_BACKEND
+#ifndef FA_CPU_KERNEL
   if constexpr (PDL) cudaTriggerProgrammaticLaunchCompletion();
 #endif
 }
@@ -605,7 +605,7 @@ template <typename T, int D, bool PDL>
 __global__ void merge_kernel(const float* __restrict__ part_acc, const Stats* __restrict__ part_stats,
                              const int* __restrict__ kv_lens, Params prm, T* __restrict__ O,
                              float* __restrict__ lse) {
-#if !FA_CPU_BACKEND
+#ifndef FA_CPU_KERNEL
   // Launched early (programmatic dependent launch, see launch()): wait here until the split
   // kernel has finished and its partial results are visible.
   if constexpr (PDL) cudaGridDependencySynchronize();
@@ -658,7 +658,7 @@ void launch(Kernel kernel, const DecodeProblem& p, const Plan& plan, const void*
   FA_CHECK_LAUNCH("split_kernel");
   if (plan.splits == 1) return;
   const auto blocks = static_cast<unsigned>((p.rows() * D + MERGE_THREADS - 1) / MERGE_THREADS);
-#if !FA_CPU_BACKEND
+#ifndef FA_CPU_KERNEL
   if constexpr (S::pdl) {
     // Programmatic dependent launch (compute capability 9.0): the merge kernel may be
     // launched before the split kernel ends, so its launch overlaps the split kernel's last
@@ -730,7 +730,7 @@ void with_type_and_dim(const DecodeProblem& p, F&& f) {
 // answer is S::blocks_per_sm, so plans come out as they would on a GPU.
 template <class S>
 int resident_blocks_per_sm(const DecodeProblem& p, int rows_per_block) {
-#if FA_CPU_BACKEND
+#ifdef FA_CPU_KERNEL
   (void)p, (void)rows_per_block;
   return S::blocks_per_sm;
 #else

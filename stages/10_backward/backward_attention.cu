@@ -42,10 +42,10 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
+#include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
 #include "stages/07_memory_pipeline/cp_async.cuh"
-#include "stages/07_memory_pipeline/fast_exp2.cuh"
 #include "stages/10_backward/tuning.h"
 
 namespace fa::backward {
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         const float lse_r = lse_s[r];
         for (int jj = 0; jj < S_COLS; ++jj) {
           const int c = tx + TX * jj;
-          Ps[r * L::PS + c] = c <= last ? pipe::fast_exp2<S::fast_exp>(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
+          Ps[r * L::PS + c] = c <= last ? dev::fast_exp2<S::fast_exp>(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
         }
       }
     }
