@@ -35,6 +35,7 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/random.h"
 #include "common/reference.h"
 #include "common/report.h"
@@ -172,31 +173,28 @@ std::string csv_line(const Context& c, const Row& r) {
   return s.str();
 }
 
-std::string json_object(const Row& r) {
-  std::ostringstream s;
-  s << "{\"name\":\"" << fa::json_escape(r.name) << "\",\"title\":\"" << fa::json_escape(r.title)
-    << "\",\"batch\":" << r.p.batch << ",\"heads\":" << r.p.heads << ",\"seq_q\":" << r.p.seq_q
-    << ",\"seq_kv\":" << r.p.seq_kv << ",\"dim\":" << r.p.dim << ",\"causal\":" << (r.p.causal ? "true" : "false")
-    << ",\"precision\":\"" << fa::dtype_name(r.p.dtype) << "\""
-    << ",\"median_ms\":" << (r.repeats > 0 ? fa::json_number(r.median_ms) : "null")
-    << ",\"repeats\":" << r.repeats << ",\"tflops\":" << (r.repeats > 0 ? fa::json_number(r.tflops) : "null")
-    << ",\"workspace_bytes\":" << r.workspace_bytes << ",\"device_bytes\":" << r.device_bytes
-    << ",\"hbm_model_bytes\":" << fa::json_number(r.hbm_model_bytes)
-    << ",\"max_abs_err\":" << (r.max_abs_err >= 0 ? fa::json_number(r.max_abs_err) : "null")
-    << ",\"checked_rows\":" << r.checked_rows << ",\"status\":\"" << r.status << "\",\"note\":\""
-    << fa::json_escape(r.note) << "\"}";
-  return s.str();
-}
-
 void write_json(const std::string& path, const Context& c, const std::vector<Row>& rows) {
   std::ofstream out(path);
   if (!out) throw fa::InputError(path + ": cannot write");
-  out << "{\"tool\":\"fa_bench\",\"device\":\"" << fa::json_escape(c.device.name) << "\",\"backend\":\""
-      << c.device.backend << "\",\"compute_capability\":\"" << c.device.cc_major << "." << c.device.cc_minor
-      << "\",\"memory_bytes\":" << c.device.total_bytes << ",\"cuda\":\"" << c.cuda << "\",\"date\":\"" << c.date << "\",\"command\":\""
-      << fa::json_escape(c.command) << "\",\"rows\":[\n";
-  for (size_t i = 0; i < rows.size(); ++i) out << "  " << json_object(rows[i]) << (i + 1 < rows.size() ? ",\n" : "\n");
-  out << "]}\n";
+  fa::JsonWriter w(out);
+  w.begin_object().field("tool", "fa_bench").field("device", c.device.name).field("backend", c.device.backend);
+  w.field("compute_capability", std::to_string(c.device.cc_major) + "." + std::to_string(c.device.cc_minor));
+  w.field("memory_bytes", static_cast<uint64_t>(c.device.total_bytes)).field("cuda", c.cuda).field("date", c.date);
+  w.field("command", c.command).key("rows").begin_array();
+  for (const Row& r : rows) {
+    const bool timed = r.repeats > 0;
+    w.begin_object().field("name", r.name).field("title", r.title).field("batch", r.p.batch).field("heads", r.p.heads);
+    w.field("seq_q", r.p.seq_q).field("seq_kv", r.p.seq_kv).field("dim", r.p.dim).field("causal", r.p.causal);
+    w.field("precision", fa::dtype_name(r.p.dtype));
+    w.field("median_ms", timed ? std::optional<double>(r.median_ms) : std::nullopt).field("repeats", r.repeats);
+    w.field("tflops", timed ? std::optional<double>(r.tflops) : std::nullopt);
+    w.field("workspace_bytes", static_cast<uint64_t>(r.workspace_bytes));
+    w.field("device_bytes", static_cast<uint64_t>(r.device_bytes)).field("hbm_model_bytes", r.hbm_model_bytes);
+    w.field("max_abs_err", r.max_abs_err >= 0 ? std::optional<double>(r.max_abs_err) : std::nullopt);
+    w.field("checked_rows", r.checked_rows).field("status", r.status).field("note", r.note).end_object();
+  }
+  w.end_array().end_object();
+  out << "\n";
 }
 
 // Remembers each stage's last time, to choose how many repeats the next point gets.

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/json.h"
+
 namespace fa {
 
 double RunReport::tflops() const {
@@ -31,34 +33,6 @@ std::string device_label(const RunReport& r) {
 }
 
 }  // namespace
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-std::string json_number(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
-}
 
 void print_report(std::ostream& out, const RunReport& r) {
   const bool cpu = r.device.backend == "cpu";
@@ -116,27 +90,28 @@ void print_report(std::ostream& out, const RunReport& r) {
 
 void print_report_json(std::ostream& out, const RunReport& r) {
   const AttentionProblem& p = r.problem;
-  std::ostringstream s;
-  s << "{\"stage\":\"" << json_escape(r.stage) << "\",\"backend\":\"" << r.device.backend
-    << "\",\"device\":\"" << json_escape(r.device.name) << "\",\"batch\":" << p.batch
-    << ",\"heads\":" << p.heads << ",\"seq_q\":" << p.seq_q << ",\"seq_kv\":" << p.seq_kv
-    << ",\"dim\":" << p.dim << ",\"scale\":" << json_number(p.scale)
-    << ",\"causal\":" << (p.causal ? "true" : "false") << ",\"dtype\":\"" << dtype_name(p.dtype)
-    << "\",\"median_ms\":" << json_number(r.median_ms)
-    << ",\"warmup\":" << r.warmup << ",\"repeats\":" << r.repeats
-    << ",\"tflops\":" << (r.device.backend == "cpu" ? "null" : json_number(r.tflops()))
-    << ",\"effective_gbps\":" << (r.device.backend == "cpu" ? "null" : json_number(r.effective_gbps()))
-    << ",\"qkvo_bytes\":" << p.qkvo_bytes() << ",\"workspace_bytes\":" << r.workspace_bytes
-    << ",\"hbm_model_bytes\":" << json_number(r.hbm_model_bytes);
+  const bool cpu = r.device.backend == "cpu";
+  JsonWriter w(out);
+  w.begin_object();
+  w.field("stage", r.stage).field("backend", r.device.backend).field("device", r.device.name);
+  w.field("batch", p.batch).field("heads", p.heads).field("seq_q", p.seq_q).field("seq_kv", p.seq_kv);
+  w.field("dim", p.dim).field("scale", p.scale).field("causal", p.causal).field("dtype", dtype_name(p.dtype));
+  w.field("median_ms", r.median_ms).field("warmup", r.warmup).field("repeats", r.repeats);
+  w.key("tflops");
+  cpu ? w.null() : w.value(r.tflops());
+  w.key("effective_gbps");
+  cpu ? w.null() : w.value(r.effective_gbps());
+  w.field("qkvo_bytes", static_cast<uint64_t>(p.qkvo_bytes())).field("workspace_bytes", static_cast<uint64_t>(r.workspace_bytes));
+  w.field("hbm_model_bytes", r.hbm_model_bytes);
   if (r.checked) {
-    s << ",\"rows_checked\":" << r.check.rows.size() << ",\"max_abs_err\":" << json_number(r.check.o.max_abs_err)
-      << ",\"max_rel_err\":" << json_number(r.check.o.max_rel_err)
-      << ",\"rel_l2_err\":" << json_number(r.check.o.rel_l2_err)
-      << ",\"failures\":" << r.check.o.failures + (r.check.has_lse ? r.check.lse.failures : 0);
+    w.field("rows_checked", static_cast<uint64_t>(r.check.rows.size())).field("max_abs_err", r.check.o.max_abs_err);
+    w.field("max_rel_err", r.check.o.max_rel_err).field("rel_l2_err", r.check.o.rel_l2_err);
+    w.field("failures", r.check.o.failures + (r.check.has_lse ? r.check.lse.failures : int64_t{0}));
   }
-  for (const auto& [key, value] : r.notes) s << ",\"" << json_escape(key) << "\":\"" << json_escape(value) << "\"";
-  s << ",\"result\":\"" << verdict(r) << "\"}";
-  out << s.str() << "\n";
+  for (const auto& [key, value] : r.notes) w.field(key, value);
+  w.field("result", verdict(r));
+  w.end_object();
+  out << "\n";
 }
 
 std::string summary_line(const RunReport& r) {

@@ -40,12 +40,6 @@ struct RunReport {
   bool passed() const { return !checked || check.passed(); }  ///< no failed check
 };
 
-/// `s` with JSON's special characters escaped (no surrounding quotes).
-std::string json_escape(const std::string& s);
-/// `x` as a JSON number with 6 significant digits; null for NaN and infinity, which
-/// JSON cannot hold.
-std::string json_number(double x);
-
 /// The full human-readable report.
 void print_report(std::ostream& out, const RunReport& r);
 /// The report as one JSON object on one line.

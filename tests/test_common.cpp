@@ -4,12 +4,15 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/cli.h"
 #include "common/compare.h"
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/npy.h"
 #include "common/problem.h"
 #include "common/random.h"
@@ -198,4 +201,35 @@ TEST_CASE("a list of reals parses as strtof reads each value, and rejects the re
   REQUIRE_THROWS_WITH(parser.parse(static_cast<int>(args.size()), args.data()), HasSubstring("'' is not a number"));
   args = {"demo", "--row="};
   REQUIRE_THROWS_WITH(parser.parse(static_cast<int>(args.size()), args.data()), HasSubstring("needs at least one value"));
+}
+
+TEST_CASE("the JSON writer places commas, escapes strings and writes null for what JSON cannot hold",
+          "[json]") {
+  std::ostringstream out;
+  fa::JsonWriter w(out);
+  w.begin_object().field("name", "a \"quoted\" \\ name\n").field("n", int64_t{-3}).field("big", uint64_t{1} << 40);
+  w.field("x", 0.125).field("nan", std::nan("")).field("inf", std::numeric_limits<double>::infinity());
+  w.field("yes", true).field("none", std::optional<double>()).key("list").begin_array();
+  w.value(1).begin_object().end_object().begin_array().end_array().value("s").end_array();
+  w.end_object();
+  CHECK(out.str() == "{\"name\":\"a \\\"quoted\\\" \\\\ name\\n\",\"n\":-3,\"big\":1099511627776,\"x\":0.125,"
+                     "\"nan\":null,\"inf\":null,\"yes\":true,\"none\":null,\"list\":[1,{},[],\"s\"]}");
+  std::ostringstream ctl;
+  fa::JsonWriter c(ctl);
+  c.begin_object().field("c", std::string(1, '\x01'));
+  CHECK(ctl.str() == "{\"c\":\"\\u0001\"");
+}
+
+TEST_CASE("the JSON writer refuses what would not be JSON", "[json]") {
+  std::ostringstream out;
+  fa::JsonWriter w(out);
+  w.begin_object();
+  REQUIRE_THROWS_AS(w.value(1), std::logic_error);  // a value without its key
+  w.key("k");
+  REQUIRE_THROWS_AS(w.key("again"), std::logic_error);
+  REQUIRE_THROWS_AS(w.end_object(), std::logic_error);  // the key's value is missing
+  w.value(1);
+  REQUIRE_THROWS_AS(w.end_array(), std::logic_error);
+  w.end_object();
+  REQUIRE_THROWS_AS(w.end_object(), std::logic_error);
 }

@@ -35,6 +35,7 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/problem.h"
 #include "common/random.h"
 #include "common/reference.h"
@@ -48,120 +49,110 @@ namespace {
 static_assert(fa::flash1::Br == fa::flash2::Br && fa::flash1::Bc == fa::flash2::Bc,
               "the page draws both stages' grids with one tile size");
 
-// ---- a small JSON writer: numbers with a float's full precision ----------------------------
-std::string num(double x) {
-  if (std::isnan(x)) return "\"nan\"";
-  if (std::isinf(x)) return x > 0 ? "\"inf\"" : "\"-inf\"";  // JSON has no infinity; the page reads these back
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
+// Numbers go to the page with a float's full precision, and NaN and infinity as strings
+// that the page reads back (JSON has neither).
+constexpr fa::JsonFormat kPageFormat{9, true};
+
+template <typename T>
+void write_array(fa::JsonWriter& w, const T* x, std::size_t n) {
+  w.begin_array();
+  for (std::size_t i = 0; i < n; ++i) w.value(static_cast<double>(x[i]));
+  w.end_array();
 }
 
 template <typename T>
-std::string array(const T* x, std::size_t n) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < n; ++i) s += (i ? "," : "") + num(static_cast<double>(x[i]));
-  return s + "]";
-}
-
-template <typename T>
-std::string array(const std::vector<T>& x) {
-  return array(x.data(), x.size());
+void write_array(fa::JsonWriter& w, const std::vector<T>& x) {
+  write_array(w, x.data(), x.size());
 }
 
 // `values` as rows of `d`: [[...], [...], ...].
 template <typename T>
-std::string rows_of(const std::vector<T>& values, int64_t d) {
-  std::string s = "[";
+void write_rows(fa::JsonWriter& w, const std::vector<T>& values, int64_t d) {
+  w.begin_array();
   for (std::size_t r = 0; r * static_cast<std::size_t>(d) < values.size(); ++r) {
-    s += (r ? "," : "") + array(values.data() + r * static_cast<std::size_t>(d), static_cast<std::size_t>(d));
+    write_array(w, values.data() + r * static_cast<std::size_t>(d), static_cast<std::size_t>(d));
   }
-  return s + "]";
+  w.end_array();
 }
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
 // ---- stage 02: one row, value by value ---------------------------------------------------
-std::string softmax_trace(const std::vector<float>& x) {
-  std::ostringstream s;
-  s << "{\"x\":" << array(x) << ",\"steps\":[";
+void write_softmax_trace(fa::JsonWriter& w, const std::vector<float>& x) {
+  w.begin_object().key("x");
+  write_array(w, x);
+  w.key("steps").begin_array();
   fa::online::Stats st = fa::online::empty_stats();
-  for (std::size_t k = 0; k < x.size(); ++k) {
-    const float m_new = fmaxf(st.m, x[k]);
+  for (const float xk : x) {
+    const float m_new = fmaxf(st.m, xk);
     const float alpha = m_new == -INFINITY ? 1.0f : expf(st.m - m_new);  // exp(m_old − m_new)
-    const float term = m_new == -INFINITY ? 0.0f : expf(x[k] - m_new);   // the new value's exp(x − m_new)
-    fa::online::update(st, x[k]);  // the stage's own step: the function its kernel calls
-    s << (k ? "," : "") << "{\"x\":" << num(x[k]) << ",\"m\":" << num(st.m) << ",\"alpha\":" << num(alpha)
-      << ",\"term\":" << num(term) << ",\"l\":" << num(st.l) << "}";
+    const float term = m_new == -INFINITY ? 0.0f : expf(xk - m_new);    // the new value's exp(x − m_new)
+    fa::online::update(st, xk);  // the stage's own step: the function its kernel calls
+    w.begin_object().field("x", xk).field("m", st.m).field("alpha", alpha).field("term", term).field("l", st.l);
+    w.end_object();
   }
   std::vector<float> p(x.size());
   for (std::size_t k = 0; k < x.size(); ++k) p[k] = st.l > 0.0f ? expf(x[k] - st.m) / st.l : 0.0f;
-  s << "],\"m\":" << num(st.m) << ",\"l\":" << num(st.l) << ",\"p\":" << array(p);
+  w.end_array().field("m", st.m).field("l", st.l).key("p");
+  write_array(w, p);
 
   // The kernel on the same row: 256 threads, each folds its values, then the block merges.
   const auto n = static_cast<int64_t>(x.size());
   fa::DeviceBuffer<float> in(x), out(x.size()), m(1), l(1);
   fa::online::softmax_rows(in.data(), out.data(), m.data(), l.data(), 1, n);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
-  s << ",\"kernel\":{\"m\":" << num(m.download()[0]) << ",\"l\":" << num(l.download()[0])
-    << ",\"p\":" << array(out.download()) << "}";
+  w.key("kernel").begin_object().field("m", m.download()[0]).field("l", l.download()[0]).key("p");
+  write_array(w, out.download());
+  w.end_object();
 
   std::vector<double> rp(x.size());
   double rm = 0, rl = 0;
   fa::reference_softmax(x.data(), 1, n, rp.data(), &rm, &rl);
-  s << ",\"reference\":{\"m\":" << num(rm) << ",\"l\":" << num(rl) << ",\"p\":" << array(rp) << "}}";
-  return s.str();
+  w.key("reference").begin_object().field("m", rm).field("l", rl).key("p");
+  write_array(w, rp);
+  w.end_object().end_object();
 }
 
 // ---- stages 04 and 05: every block's events and values --------------------------------------
-std::string blocks_json(const fa::AttentionProblem& p, bool q_tiles_in_grid) {
+void write_blocks(fa::JsonWriter& w, const fa::AttentionProblem& p, bool q_tiles_in_grid) {
   const int64_t q_tiles = (p.seq_q + fa::flash2::Br - 1) / fa::flash2::Br;
-  std::ostringstream s;
-  s << "[";
-  bool first_block = true;
+  w.begin_array();
   for (const auto& [block, trace] : fa::trace::blocks()) {
     const int64_t bh = q_tiles_in_grid ? block / q_tiles : block;
-    s << (first_block ? "" : ",") << "{\"block\":" << block << ",\"batch\":" << bh / p.heads
-      << ",\"head\":" << bh % p.heads;
-    if (q_tiles_in_grid) s << ",\"q_tile\":" << block % q_tiles;
-    s << ",\"events\":[";
-    first_block = false;
-    bool first_event = true;
+    w.begin_object().field("block", block).field("batch", bh / p.heads).field("head", bh % p.heads);
+    if (q_tiles_in_grid) w.field("q_tile", block % q_tiles);
+    w.key("events").begin_array();
     for (const fa::trace::Event& e : trace.events) {
-      s << (first_event ? "" : ",") << "{\"op\":" << quoted(e.op);
-      first_event = false;
+      w.begin_object().field("op", e.op);
       if (e.op == "load" || e.op == "store") {
-        s << ",\"what\":" << quoted(e.what) << ",\"first\":" << e.first << ",\"count\":" << e.count;
+        w.field("what", e.what).field("first", e.first).field("count", e.count);
       } else {
-        s << ",\"j\":" << e.j << ",\"i\":" << e.i;
+        w.field("j", e.j).field("i", e.i);
       }
       const auto step = trace.steps.find({e.j, e.i});
       if (e.op == "step" && step != trace.steps.end()) {
-        s << ",\"rows\":{";
-        bool first_row = true;
+        w.key("rows").begin_object();
         for (const auto& [row, values] : step->second) {
-          s << (first_row ? "" : ",") << "\"" << row << "\":{";
-          first_row = false;
-          bool first_value = true;
+          w.key(std::to_string(row)).begin_object();
           for (const auto& [name, v] : values) {
-            s << (first_value ? "" : ",") << quoted(name) << ":" << (v.size() == 1 ? num(v[0]) : array(v));
-            first_value = false;
+            w.key(name);
+            if (v.size() == 1) {
+              w.value(v[0]);
+            } else {
+              write_array(w, v);
+            }
           }
-          s << "}";
+          w.end_object();
         }
-        s << "}";
+        w.end_object();
       }
-      s << "}";
+      w.end_object();
     }
-    s << "]}";
+    w.end_array().end_object();
   }
-  return s.str() + "]";
+  w.end_array();
 }
 
-std::string attention_runs(const fa::AttentionProblem& shape, uint64_t seed) {
-  std::ostringstream s;
-  s << "[";
-  bool first = true;
+void write_attention_runs(fa::JsonWriter& w, const fa::AttentionProblem& shape, uint64_t seed) {
+  w.begin_array();
   for (const bool causal : {false, true}) {
     fa::AttentionProblem p = shape;
     p.causal = causal;
@@ -173,8 +164,6 @@ std::string attention_runs(const fa::AttentionProblem& shape, uint64_t seed) {
                                                                   fa::all_rows(p));
     std::vector<double> ref_l(rows);
     for (std::size_t r = 0; r < rows; ++r) ref_l[r] = std::exp(ref.lse[r] - ref.m[r]);
-    const std::string reference = "{\"o\":" + rows_of(ref.o, p.dim) + ",\"m\":" + array(ref.m) +
-                                  ",\"l\":" + array(ref_l) + ",\"lse\":" + array(ref.lse) + "}";
 
     for (const std::string stage : {"04_flash1", "05_flash2"}) {
       fa::DeviceBuffer<float> o(q_elems), m(rows), l(rows), lse(rows);
@@ -186,18 +175,31 @@ std::string attention_runs(const fa::AttentionProblem& shape, uint64_t seed) {
         fa::flash2::attention(p, q.data(), k.data(), v.data(), o.data(), lse.data());
       }
       FA_CUDA_CHECK(cudaDeviceSynchronize());
-      s << (first ? "" : ",") << "{\"stage\":" << quoted(stage) << ",\"causal\":" << (causal ? "true" : "false")
-        << ",\"blocks\":" << blocks_json(p, stage == "05_flash2") << ",\"o\":" << rows_of(o.download(), p.dim);
+      w.begin_object().field("stage", stage).field("causal", causal).key("blocks");
+      write_blocks(w, p, stage == "05_flash2");
+      w.key("o");
+      write_rows(w, o.download(), p.dim);
       if (stage == "04_flash1") {
-        s << ",\"m\":" << array(m.download()) << ",\"l\":" << array(l.download());
+        w.key("m");
+        write_array(w, m.download());
+        w.key("l");
+        write_array(w, l.download());
       } else {
-        s << ",\"lse\":" << array(lse.download());
+        w.key("lse");
+        write_array(w, lse.download());
       }
-      s << ",\"reference\":" << reference << "}";
-      first = false;
+      w.key("reference").begin_object().key("o");
+      write_rows(w, ref.o, p.dim);
+      w.key("m");
+      write_array(w, ref.m);
+      w.key("l");
+      write_array(w, ref_l);
+      w.key("lse");
+      write_array(w, ref.lse);
+      w.end_object().end_object();
     }
   }
-  return s.str() + "]";
+  w.end_array();
 }
 
 int run(int argc, const char* const* argv) {
@@ -227,10 +229,16 @@ int run(int argc, const char* const* argv) {
   if (!fa::is_cpu_backend()) throw fa::InputError("the tracer runs on the CPU backend only");
 
   std::ostringstream json;
-  json << "{\"format\":1,\"problem\":{\"batch\":" << p.batch << ",\"heads\":" << p.heads << ",\"seq_q\":" << p.seq_q
-       << ",\"seq_kv\":" << p.seq_kv << ",\"dim\":" << p.dim << ",\"scale\":" << num(p.scale) << ",\"seed\":" << seed
-       << ",\"Br\":" << fa::flash2::Br << ",\"Bc\":" << fa::flash2::Bc << "}"
-       << ",\"softmax\":" << softmax_trace(row) << ",\"runs\":" << attention_runs(p, seed) << "}\n";
+  fa::JsonWriter w(json, kPageFormat);
+  w.begin_object().field("format", 1).key("problem").begin_object();
+  w.field("batch", p.batch).field("heads", p.heads).field("seq_q", p.seq_q).field("seq_kv", p.seq_kv);
+  w.field("dim", p.dim).field("scale", p.scale).field("seed", seed).field("Br", fa::flash2::Br).field("Bc", fa::flash2::Bc);
+  w.end_object().key("softmax");
+  write_softmax_trace(w, row);
+  w.key("runs");
+  write_attention_runs(w, p, seed);
+  w.end_object();
+  json << "\n";
 
   std::filesystem::create_directories(out_dir);
   const auto write = [](const std::string& path, const std::string& text) {

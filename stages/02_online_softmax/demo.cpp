@@ -25,6 +25,7 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/random.h"
 #include "common/reference.h"
 #include "common/timer.h"
@@ -207,12 +208,14 @@ int run(int argc, char** argv) {
   char line[512];
   if (opt.json) {
     for (const KernelRun& k : runs) {
-      std::printf("{\"stage\":\"02_online_softmax\",\"kernel\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",\"rows\":%lld,"
-                  "\"cols\":%lld,\"sweeps\":%d,\"bytes_read\":%.0f,\"bytes_written\":%.0f,\"median_ms\":%.6g,"
-                  "\"result\":\"%s\"}\n",
-                  k.name.c_str(), device.backend.c_str(), device.name.c_str(), static_cast<long long>(rows),
-                  static_cast<long long>(cols), k.sweeps, k.bytes_read, k.bytes_written, k.median_ms,
-                  !k.checked ? "UNCHECKED" : (k.check.passed() ? "PASSED" : "FAILED"));
+      fa::JsonWriter w(std::cout);
+      w.begin_object().field("stage", "02_online_softmax").field("kernel", k.name).field("backend", device.backend);
+      w.field("device", device.name).field("rows", rows).field("cols", cols).field("sweeps", k.sweeps);
+      w.field("bytes_read", static_cast<uint64_t>(k.bytes_read));
+      w.field("bytes_written", static_cast<uint64_t>(k.bytes_written));
+      w.field("median_ms", k.median_ms);
+      w.field("result", !k.checked ? "UNCHECKED" : (k.check.passed() ? "PASSED" : "FAILED")).end_object();
+      std::cout << "\n";
     }
     return passed ? fa::kExitPassed : fa::kExitCheckFailed;
   }

@@ -17,7 +17,6 @@
 
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/random.h"
 #include "common/reference.h"
 #include "common/report.h"
@@ -185,22 +185,18 @@ int run(int argc, char** argv) {
                               (cpu ? "" : "  " + fixed(tbps, 2) + " TB/s") + "  [" + fa::describe(p) + "]  [" +
                               where + "]";
   if (o.json) {
-    std::ostringstream s;
-    s << "{\"stage\":\"" << name << "\",\"backend\":\"" << device.backend << "\",\"device\":\""
-      << fa::json_escape(device.name) << "\",\"batch\":" << p.batch << ",\"q_heads\":" << p.q_heads
-      << ",\"kv_heads\":" << p.kv_heads << ",\"seq_q\":" << p.seq_q << ",\"max_seq_kv\":" << p.max_seq_kv
-      << ",\"total_kv\":" << p.total_kv() << ",\"dim\":" << p.dim << ",\"causal\":" << (p.causal ? "true" : "false")
-      << ",\"dtype\":\"" << fa::dtype_name(dtype) << "\",\"splits\":" << plan.splits << ",\"chunk\":" << plan.chunk
-      << ",\"median_ms\":" << fa::json_number(ms) << ",\"repeats\":" << o.repeats
-      << ",\"kv_bytes\":" << fa::json_number(p.kv_bytes())
-      << ",\"tbps\":" << (cpu ? "null" : fa::json_number(tbps))
-      << ",\"copy_tbps\":" << (copy > 0 ? fa::json_number(copy) : "null")
-      << ",\"workspace_bytes\":" << workspace;
-    if (o.check) {
-      s << ",\"rows_checked\":" << check.rows.size() << ",\"max_abs_err\":" << fa::json_number(check.o.max_abs_err);
-    }
-    s << ",\"result\":\"" << verdict << "\"}";
-    std::cout << s.str() << "\n";
+    fa::JsonWriter w(std::cout);
+    w.begin_object().field("stage", name).field("backend", device.backend).field("device", device.name);
+    w.field("batch", p.batch).field("q_heads", p.q_heads).field("kv_heads", p.kv_heads).field("seq_q", p.seq_q);
+    w.field("max_seq_kv", p.max_seq_kv).field("total_kv", p.total_kv()).field("dim", p.dim).field("causal", p.causal);
+    w.field("dtype", fa::dtype_name(dtype)).field("splits", plan.splits).field("chunk", plan.chunk);
+    w.field("median_ms", ms).field("repeats", o.repeats).field("kv_bytes", p.kv_bytes());
+    w.field("tbps", cpu ? std::nullopt : std::optional<double>(tbps));
+    w.field("copy_tbps", copy > 0 ? std::optional<double>(copy) : std::nullopt);
+    w.field("workspace_bytes", static_cast<uint64_t>(workspace));
+    if (o.check) w.field("rows_checked", static_cast<uint64_t>(check.rows.size())).field("max_abs_err", check.o.max_abs_err);
+    w.field("result", verdict).end_object();
+    std::cout << "\n";
     for (const fa::RunReport& r : compared) fa::print_report_json(std::cout, r);
   } else if (o.brief) {
     std::cout << summary << "\n";

@@ -15,7 +15,6 @@
 
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/npy.h"
 #include "common/random.h"
 #include "common/reference.h"
@@ -163,22 +163,21 @@ int run(int argc, char** argv) {
                               (cpu ? "" : "  " + fixed(tflops, 2) + " TFLOP/s") + "  [" + fa::describe(p) + "]  [" +
                               where + "]";
   if (o.json) {
-    std::ostringstream s;
-    s << "{\"stage\":\"" << name << "\",\"backend\":\"" << device.backend << "\",\"device\":\""
-      << fa::json_escape(device.name) << "\",\"batch\":" << p.batch << ",\"heads\":" << p.heads
-      << ",\"seq_q\":" << p.seq_q << ",\"seq_kv\":" << p.seq_kv << ",\"dim\":" << p.dim
-      << ",\"causal\":" << (p.causal ? "true" : "false") << ",\"dtype\":\"fp32\",\"median_ms\":"
-      << fa::json_number(ms) << ",\"repeats\":" << o.repeats << ",\"flops\":" << fa::json_number(fa::backward::flops(p))
-      << ",\"tflops\":" << (cpu ? "null" : fa::json_number(tflops)) << ",\"workspace_bytes\":" << workspace
-      << ",\"stored_p_bytes\":" << fa::json_number(p_bytes)
-      << ",\"forward_ms\":" << (o.compare ? fa::json_number(forward_ms) : "null");
+    fa::JsonWriter w(std::cout);
+    w.begin_object().field("stage", name).field("backend", device.backend).field("device", device.name);
+    w.field("batch", p.batch).field("heads", p.heads).field("seq_q", p.seq_q).field("seq_kv", p.seq_kv);
+    w.field("dim", p.dim).field("causal", p.causal).field("dtype", "fp32").field("median_ms", ms);
+    w.field("repeats", o.repeats).field("flops", fa::backward::flops(p));
+    w.field("tflops", cpu ? std::nullopt : std::optional<double>(tflops));
+    w.field("workspace_bytes", static_cast<uint64_t>(workspace)).field("stored_p_bytes", p_bytes);
+    w.field("forward_ms", o.compare ? std::optional<double>(forward_ms) : std::nullopt);
     if (o.check) {
-      s << ",\"heads_checked\":" << check.heads.size() << ",\"max_abs_err_dq\":" << fa::json_number(check.dq.max_abs_err)
-        << ",\"max_abs_err_dk\":" << fa::json_number(check.dk.max_abs_err)
-        << ",\"max_abs_err_dv\":" << fa::json_number(check.dv.max_abs_err);
+      w.field("heads_checked", static_cast<uint64_t>(check.heads.size()));
+      w.field("max_abs_err_dq", check.dq.max_abs_err).field("max_abs_err_dk", check.dk.max_abs_err);
+      w.field("max_abs_err_dv", check.dv.max_abs_err);
     }
-    s << ",\"result\":\"" << verdict << "\"}";
-    std::cout << s.str() << "\n";
+    w.field("result", verdict).end_object();
+    std::cout << "\n";
   } else if (o.brief) {
     std::cout << summary << "\n";
   } else {
