@@ -105,6 +105,9 @@ struct Config {
   /// Shared memory of one block: a Q tile and two K and two V tiles of 16-bit elements, unpadded.
   static constexpr std::size_t SMEM_BYTES = static_cast<std::size_t>((Br + 4 * Bc) * D) * 2;
 
+  /// Whether each lane computes its swizzled offsets once (else at every copy and ldmatrix).
+  static constexpr bool LANE_OFFSETS = S::lane_offsets;
+
   /// Element offset of 16-byte chunk `chunk` of tile row `row`: swizzled (cp_async.cuh),
   /// or plain rows where S undoes the swizzle.
   static __device__ __forceinline__ int at(int row, int chunk) {
@@ -126,7 +129,7 @@ constexpr float RESCALE_SLACK = 8.0f;
  * offsets are computed once, when the kernel starts; each copy then only adds constants
  * (the swizzle repeats every 8 rows and ROW_STEP is a multiple of 8).
  */
-template <typename T, class C, int ROWS, class S>
+template <typename T, class C, int ROWS>
 struct TileCopy {
   static constexpr int D = C::D;                        ///< head dimension
   static constexpr int CHUNKS = D / 8;                  ///< 16-byte chunks per row
@@ -144,7 +147,7 @@ struct TileCopy {
   /// Starts copying rows [0, ROWS) of `src` into `tile`; rows at or past `valid` are
   /// zero-filled by the copy itself (valid >= 1, so row 0 is a safe address to name).
   __device__ void operator()(T* tile, const T* src, int valid) const {
-    if constexpr (!S::lane_offsets) {  // variant per_access: row, chunk and swizzle at every copy
+    if constexpr (!C::LANE_OFFSETS) {  // variant per_access: row, chunk and swizzle at every copy
       for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += C::THREADS) {
         const int r = idx / CHUNKS, c = idx % CHUNKS;
         const bool inside = r < valid;
@@ -199,8 +202,8 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   const auto kv_valid = [&](int64_t j0) { return static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc); };
 
   // The pipeline fills: Q_i is one group, K_0/V_0 the next.
-  const TileCopy<T, C, Br, S> copy_q;
-  const TileCopy<T, C, Bc, S> copy_kv;
+  const TileCopy<T, C, Br> copy_q;
+  const TileCopy<T, C, Bc> copy_kv;
   copy_q(Qs, Qh + i0 * D, q_valid);
   cp_async_commit();
   if constexpr (S::prefetch) {

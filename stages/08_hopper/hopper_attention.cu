@@ -94,7 +94,7 @@ constexpr float RESCALE_SLACK = 8.0f;
 /// A tile of R rows × D columns is stored as D/64 boxes of R rows × 128 bytes.
 template <int D, class S>
 struct Smem {
-  static constexpr int STAGES = S::stages;              ///< slots of the K/V ring
+  static constexpr int STAGES = Shape<D, S>::STAGES;   ///< slots of the K/V ring
   static constexpr int QB = Shape<D, S>::QB;            ///< Q buffers
   static constexpr int Q_BYTES = Shape<D, S>::BR * D * 2;  ///< one Q tile
   static constexpr int KV_BYTES = Bc * D * 2;           ///< one K (or V) tile
