@@ -192,7 +192,7 @@ def main():
                              repeats=r["repeats"], tflops=f"{r['tflops']:.4g}",
                              forward_ms=f"{r['forward_ms']:.6g}",
                              extra_bytes=r["workspace_bytes"] + 4 * b * h * n * d * 3,  # + dQ, dK, dV
-                             max_abs_err=f"{max(r['max_abs_err_dq'], r['max_abs_err_dk'], r['max_abs_err_dv']):.3g}",
+                             max_abs_err=f"{max(c['max_abs_err'] for c in r['checks'].values()):.3g}",
                              status="measured" if rc == 0 else "failed", note=r["result"]))
             print(f"B={b} H={h} N={n} d={d} causal={int(causal)}\n  10_backward     {r['median_ms']:9.3f} ms "
                   f"{r['tflops']:6.2f} TFLOP/s  (forward, stage 05: {r['forward_ms']:.3f} ms)  {r['result']}",

@@ -262,13 +262,15 @@ Row measure_point(const StageDemo& stage, const AttentionProblem& p, const fa::A
     const fa::RunReport rep = fa::measure_stage(stage, p, in, inputs, device, opt);
     r.median_ms = rep.median_ms;
     r.repeats = rep.repeats;
-    r.tflops = rep.repeats > 0 ? rep.tflops() : 0.0;
-    if (rep.checked) {
-      r.max_abs_err = rep.check.o.max_abs_err;
-      r.checked_rows = static_cast<int64_t>(rep.check.rows.size());
+    r.tflops = rep.repeats > 0 && rep.median_ms > 0 ? p.flops() / (rep.median_ms * 1e-3) / 1e12 : 0.0;
+    if (const fa::NamedCheck* o_check = rep.check("O")) {
+      r.max_abs_err = o_check->result.max_abs_err;
+      r.checked_rows = rep.checked_count.second;
     }
-    r.status = !rep.checked ? "unchecked" : rep.check.passed() ? "passed" : "FAILED";
-    if (!rep.passed()) r.note = fa::describe(rep.check.o, fa::output_namer(p, rep.check.rows));
+    for (const fa::NamedCheck& c : rep.checks) {
+      if (!c.passed() && r.note.empty()) r.note = c.name + ": " + fa::describe(c.result, c.namer);
+    }
+    r.status = !rep.checked ? "unchecked" : rep.passed() ? "passed" : "FAILED";
     planner.record(stage.id, p, r.median_ms);
   } catch (const fa::NoGpuError& e) {  // stage 08 on a GPU that is not a Hopper
     r.status = "skipped";

@@ -3,11 +3,14 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "common/cuda_check.h"
+#include "common/decode_problem.h"
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
@@ -25,116 +28,181 @@ namespace {
 // A run whose conservative estimate exceeds this many seconds says so before it starts.
 constexpr double kLongRunSeconds = 30.0;
 
-int run(int argc, const char* const* argv, const StageDemo& finished) {
+int drive(int argc, const char* const* argv, Demo& demo) {
   DemoOptions opt = default_demo_options(is_cpu_backend());
-  ArgParser parser(argv[0], "Stage " + finished.id + ": " + finished.title +
-                                ".\nRuns the stage on random (or loaded) inputs, checks it against "
-                                "a float64 CPU reference and reports its median time.");
-  add_demo_options(parser, opt);
-  if (!finished.variants.empty()) parser.add_string("variant", &opt.variant, variant_help(finished.variants), "NAME");
+  demo.set_defaults(opt);
+  ArgParser parser(argv[0], "Stage " + demo.id() + ": " + demo.about());
+  add_demo_options(parser, opt, demo.left_out_flags());
+  demo.add_flags(parser);
+  const std::string variants = demo.variant_help();
+  if (!variants.empty()) parser.add_string("variant", &opt.variant, variants, "NAME");
   if (!parser.parse(argc, argv)) return kExitPassed;  // --help
-  const StageDemo stage = opt.variant.empty() ? finished : with_variant(finished, opt.variant);
 
-  // Validate what the command line says before touching the device.
-  AttentionProblem p;
-  AttentionInputs in;
-  p.dtype = stage_dtype(stage, opt.dtype);
-  if (!opt.load_dir.empty()) {
-    for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
-      if (parser.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
-    }
-  } else {
-    p = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal, p.dtype);
-    stage.require_dim(p);
-  }
-  if (opt.causal && !stage.supports_causal) {
-    throw InputError("stage " + stage.id + " does not support --causal yet");
-  }
+  // The command line is checked before the device is touched.
+  if (const std::optional<int> done = demo.setup(opt, parser)) return *done;
   const DeviceInfo device = require_device();
-  if (!opt.load_dir.empty()) {
-    in = load_npy_inputs(opt.load_dir, opt.scale, opt.causal, &p);
-    stage.require_dim(p);
-  }
+  const DemoFootprint need = demo.footprint(device);
 
-  // Everything is sized before anything is allocated, so a shape that cannot fit
-  // fails with a clear message instead of a failed cudaMalloc halfway through.
-  const std::size_t o_bytes = static_cast<std::size_t>(p.q_elems()) * dtype_bytes(p.dtype);
-  const std::size_t extra = stage_run_bytes(stage, p) - o_bytes;  // workspace and lse
-  require_fits(device, p.qkvo_bytes() + extra,
-               "Q, K, V, O " + format_bytes(static_cast<double>(p.qkvo_bytes())) + " + workspace " +
-                   format_bytes(static_cast<double>(extra)));
-
-  // A run that may take long says so before it starts, and how to make it shorter.
-  const double rate = conservative_flops_per_second(device);
-  const int64_t passes = (1 + opt.warmup + opt.repeats) *
-                         (1 + (opt.compare ? static_cast<int64_t>(stage.compare_with.size()) : 0));
-  const double estimate_s = static_cast<double>(passes) * p.flops() / rate;
-  if (opt.dry_run || estimate_s > kLongRunSeconds) {
-    std::cerr << (opt.dry_run ? "estimate: " : "note: ") << p.flops() << " FLOP per pass, " << passes
-              << " passes (1 checked, " << opt.warmup << " warm-up, " << opt.repeats << " timed"
-              << (opt.compare ? ", each also for the --compare stages" : "") << "): at a conservative "
-              << (rate >= 1e12 ? std::to_string(rate / 1e12).substr(0, 4) + " TFLOP/s"
-                               : std::to_string(rate / 1e6).substr(0, 4) + " MFLOP/s")
-              << " for this device this run could take up to " << format_duration(estimate_s) << ".\n";
-    if (estimate_s > kLongRunSeconds) {
-      std::cerr << "      Shorter: --repeats 1 --warmup 0, or a smaller --seq-q, --seq-kv, --batch or --heads. "
-                   "The check stays at --check-rows rows whatever the size.\n";
-    }
+  // Everything is sized before anything is allocated, so a shape that cannot fit fails
+  // with a clear message instead of a failed cudaMalloc halfway through.
+  require_fits(device, need.device_bytes, need.what);
+  const std::string up_to = "up to " + format_duration(need.estimate_s) + " at a conservative rate";
+  if (need.estimate_s > 0 && (opt.dry_run || need.estimate_s > kLongRunSeconds)) {
+    std::cerr << (opt.dry_run ? "estimate: " : "note: ") << need.estimate_basis << ": this run could take up to "
+              << format_duration(need.estimate_s) << ".\n";
+    if (need.estimate_s > kLongRunSeconds && !need.shorter.empty()) std::cerr << "      Shorter: " << need.shorter << "\n";
   }
   if (opt.dry_run) {
-    std::cout << "dry run: " << describe(p) << " fits (" << format_bytes(static_cast<double>(p.qkvo_bytes() + extra))
-              << " on the device); up to " << format_duration(estimate_s) << " at a conservative rate; nothing was run\n";
+    std::cout << "dry run: " << need.shape << " fits (" << format_bytes(static_cast<double>(need.device_bytes))
+              << " on the device)" << (need.plan.empty() ? "" : "; " + need.plan)
+              << (need.estimate_s > 0 ? "; " + up_to : "") << "; nothing was run\n";
     return kExitPassed;
   }
 
-  if (opt.load_dir.empty()) in = random_inputs(p, opt.seed, static_cast<float>(opt.magnitude));
-  DeviceInputs inputs = upload_inputs(in.q, in.k, in.v, p.dtype);
-  std::vector<float> out;
-  RunReport report = measure_stage(stage, p, in, inputs.tensors(), device, opt, &out);
-  if (!opt.save_dir.empty()) {
-    save_npy_tensors(opt.save_dir, p, {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"o", &out}});
-  }
-
-  // --compare: earlier stages on the same inputs, each only if it fits now. A stage
-  // that does not run in this precision runs in fp32 on the very same values (fp16 and
-  // bf16 values are all exactly fp32 values), uploaded once more as fp32.
-  if (opt.compare) {
-    DeviceInputs inputs32;
-    for (const StageDemo& other : stage.compare_with) {
-      AttentionProblem po = p;
-      if (!other.runs_in(p.dtype)) po.dtype = DType::F32;
-      const bool upload32 = po.dtype != p.dtype && !inputs32.q.data();
-      const std::size_t need = stage_run_bytes(other, po) + (upload32 ? po.qkvo_bytes() : 0);
-      if (!other.causal_ok(po)) {
-        report.skipped.push_back(other.id + ": does not support --causal");
-      } else if (!other.runs_dim(po.dim)) {
-        report.skipped.push_back(other.id + ": does not run d = " + std::to_string(po.dim));
-      } else if (!other.runs_in(po.dtype)) {
-        report.skipped.push_back(other.id + ": does not run in " + dtype_name(po.dtype));
-      } else if (!fits(require_device(), need)) {
-        report.skipped.push_back(other.id + ": needs " + format_bytes(static_cast<double>(need)) + ", does not fit");
-      } else {
-        if (upload32) inputs32 = upload_inputs(in.q, in.k, in.v, DType::F32);
-        const DeviceTensors t = po.dtype == p.dtype ? inputs.tensors() : inputs32.tensors();
-        report.compared.push_back(measure_stage(other, po, in, t, device, opt, nullptr));
-      }
-    }
-  }
-
-  bool passed = report.passed();
-  for (const RunReport& r : report.compared) passed = passed && r.passed();
+  const RunReport report = demo.run(device);
   if (opt.json) {
     print_report_json(std::cout, report);
-    for (const RunReport& r : report.compared) print_report_json(std::cout, r);
   } else if (opt.brief) {
     std::cout << summary_line(report) << "\n";
   } else {
     print_report(std::cout, report);
   }
-  return passed ? kExitPassed : kExitCheckFailed;
+  return report.passed() ? kExitPassed : kExitCheckFailed;
 }
 
+// An attention stage (01-08): the StageDemo says what the stage is; the inputs, the check,
+// the timing and --compare are the same for all of them.
+class ForwardDemo final : public Demo {
+ public:
+  explicit ForwardDemo(const StageDemo& finished) : finished_(finished), stage_(finished) {}
+
+  std::string id() const override { return finished_.id; }
+  std::string about() const override {
+    return finished_.title +
+           ".\nRuns the stage on random (or loaded) inputs, checks it against a float64 CPU reference and "
+           "reports its median time.";
+  }
+  std::string variant_help() const override {
+    return finished_.variants.empty() ? "" : fa::variant_help(finished_.variants);
+  }
+
+  std::optional<int> setup(const DemoOptions& opt, const ArgParser& parser) override {
+    opt_ = opt;
+    if (!opt.variant.empty()) stage_ = with_variant(finished_, opt.variant);
+    p_.dtype = stage_dtype(stage_, opt.dtype);
+    if (!opt.load_dir.empty()) {
+      for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
+        if (parser.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
+      }
+    } else {
+      p_ = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal, p_.dtype);
+      stage_.require_dim(p_);
+    }
+    if (opt.causal && !stage_.supports_causal) throw InputError("stage " + stage_.id + " does not support --causal yet");
+    return std::nullopt;
+  }
+
+  DemoFootprint footprint(const DeviceInfo& device) override {
+    if (!opt_.load_dir.empty()) {
+      in_ = load_npy_inputs(opt_.load_dir, opt_.scale, opt_.causal, &p_);
+      stage_.require_dim(p_);
+    }
+    DemoFootprint f;
+    f.shape = describe(p_);
+    const std::size_t o_bytes = static_cast<std::size_t>(p_.q_elems()) * dtype_bytes(p_.dtype);
+    const std::size_t extra = stage_run_bytes(stage_, p_) - o_bytes;  // workspace and lse
+    f.device_bytes = p_.qkvo_bytes() + extra;
+    f.what = "Q, K, V, O " + format_bytes(static_cast<double>(p_.qkvo_bytes())) + " + workspace " +
+             format_bytes(static_cast<double>(extra));
+    const double rate = conservative_flops_per_second(device);
+    const int64_t passes = (1 + opt_.warmup + opt_.repeats) *
+                           (1 + (opt_.compare ? static_cast<int64_t>(stage_.compare_with.size()) : 0));
+    f.estimate_s = static_cast<double>(passes) * p_.flops() / rate;
+    std::ostringstream basis;
+    basis << p_.flops() << " FLOP per pass, " << passes << " passes (1 checked, " << opt_.warmup << " warm-up, "
+          << opt_.repeats << " timed" << (opt_.compare ? ", each also for the --compare stages" : "")
+          << ") at a conservative "
+          << (rate >= 1e12 ? std::to_string(rate / 1e12).substr(0, 4) + " TFLOP/s"
+                           : std::to_string(rate / 1e6).substr(0, 4) + " MFLOP/s")
+          << " for this device";
+    f.estimate_basis = basis.str();
+    f.shorter = "--repeats 1 --warmup 0, or a smaller --seq-q, --seq-kv, --batch or --heads. "
+                "The check stays at --check-rows rows whatever the size.";
+    return f;
+  }
+
+  RunReport run(const DeviceInfo& device) override {
+    if (opt_.load_dir.empty()) in_ = random_inputs(p_, opt_.seed, static_cast<float>(opt_.magnitude));
+    const DeviceInputs inputs = upload_inputs(in_.q, in_.k, in_.v, p_.dtype);
+    std::vector<float> out;
+    RunReport report = measure_stage(stage_, p_, in_, inputs.tensors(), device, opt_, &out);
+    if (!opt_.save_dir.empty()) {
+      save_npy_tensors(opt_.save_dir, p_, {{"q", &in_.q}, {"k", &in_.k}, {"v", &in_.v}, {"o", &out}});
+    }
+    if (opt_.compare) compare(inputs, device, &report);
+    return report;
+  }
+
+ private:
+  // --compare: earlier stages on the same inputs, each only if it fits now. A stage that
+  // does not run in this precision runs in fp32 on the very same values (fp16 and bf16
+  // values are all exactly fp32 values), uploaded once more as fp32.
+  void compare(const DeviceInputs& inputs, const DeviceInfo& device, RunReport* report) const {
+    DeviceInputs inputs32;
+    for (const StageDemo& other : stage_.compare_with) {
+      AttentionProblem po = p_;
+      if (!other.runs_in(p_.dtype)) po.dtype = DType::F32;
+      const bool upload32 = po.dtype != p_.dtype && !inputs32.q.data();
+      const std::size_t need = stage_run_bytes(other, po) + (upload32 ? po.qkvo_bytes() : 0);
+      if (!other.causal_ok(po)) {
+        report->skipped.push_back(other.id + ": does not support --causal");
+      } else if (!other.runs_dim(po.dim)) {
+        report->skipped.push_back(other.id + ": does not run d = " + std::to_string(po.dim));
+      } else if (!other.runs_in(po.dtype)) {
+        report->skipped.push_back(other.id + ": does not run in " + dtype_name(po.dtype));
+      } else if (!fits(require_device(), need)) {
+        report->skipped.push_back(other.id + ": needs " + format_bytes(static_cast<double>(need)) + ", does not fit");
+      } else {
+        if (upload32) inputs32 = upload_inputs(in_.q, in_.k, in_.v, DType::F32);
+        const DeviceTensors t = po.dtype == p_.dtype ? inputs.tensors() : inputs32.tensors();
+        report->compared.push_back(measure_stage(other, po, in_, t, device, opt_, nullptr));
+      }
+    }
+  }
+
+  const StageDemo finished_;  // the stage as it ships
+  StageDemo stage_;           // what runs: the finished stage or its --variant
+  DemoOptions opt_;
+  AttentionProblem p_;
+  AttentionInputs in_;
+};
+
 }  // namespace
+
+std::vector<std::pair<std::string, JsonScalar>> problem_fields(const AttentionProblem& p) {
+  return {{"batch", p.batch},   {"heads", p.heads}, {"seq_q", p.seq_q},   {"seq_kv", p.seq_kv},
+          {"dim", p.dim},       {"scale", p.scale}, {"causal", p.causal},
+          {"qkvo_bytes", static_cast<int64_t>(p.qkvo_bytes())}};
+}
+
+std::vector<std::pair<std::string, JsonScalar>> problem_fields(const DecodeProblem& p) {
+  return {{"batch", p.batch},       {"q_heads", p.q_heads},       {"kv_heads", p.kv_heads},
+          {"seq_q", p.seq_q},       {"max_seq_kv", p.max_seq_kv}, {"total_kv", p.total_kv()},
+          {"dim", p.dim},           {"scale", p.scale},           {"causal", p.causal}};
+}
+
+Metric rate_metric(const DeviceInfo& device, const std::string& key, double value, const std::string& unit,
+                   const std::string& label, const std::string& note, bool headline, int digits) {
+  Metric m;
+  m.key = key;
+  if (device.backend != "cpu" && std::isfinite(value)) m.value = value;  // no timed run: none
+  m.unit = unit;
+  m.label = label;
+  m.note = note;
+  m.digits = digits;
+  m.headline = headline;
+  return m;
+}
 
 AttentionInputs load_npy_inputs(const std::string& dir, double scale, bool causal, AttentionProblem* p) {
   NpyArray q = load_npy(dir + "/q.npy"), k = load_npy(dir + "/k.npy"), v = load_npy(dir + "/v.npy");
@@ -268,10 +336,15 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   report.stage = stage.id;
   report.title = stage.title;
   report.device = device;
-  report.problem = p;
+  report.shape = describe(p);
+  report.dtype = p.dtype;
+  report.fields = problem_fields(p);
   report.workspace_bytes = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
   report.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
-  if (stage.notes) report.notes = stage.notes(p);
+  report.notes = {{"Q,K,V,O", format_bytes(static_cast<double>(p.qkvo_bytes()))}};
+  if (stage.notes) {
+    for (auto& note : stage.notes(p)) report.notes.push_back(std::move(note));
+  }
 
   DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * dtype_bytes(p.dtype));
   DeviceBuffer<unsigned char> ws(report.workspace_bytes);
@@ -293,8 +366,12 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   if (opt.check) {
     report.checked = true;
     const std::vector<float> lse_out = lse.download();
-    report.check = check_attention(p, in, out, sample_rows(p, opt.check_rows),
-                                   stage.writes_lse ? &lse_out : nullptr);
+    const AttentionCheck check =
+        check_attention(p, in, out, sample_rows(p, opt.check_rows), stage.writes_lse ? &lse_out : nullptr);
+    report.checked_what = std::to_string(check.rows.size()) + " of " + std::to_string(p.rows()) + " query rows";
+    report.checked_count = {"rows_checked", static_cast<int64_t>(check.rows.size())};
+    report.checks.push_back({"O", check.o, output_namer(p, check.rows)});
+    if (check.has_lse) report.checks.push_back({"lse", check.lse, row_namer(p, check.rows, "lse")});
   }
   if (out_host) *out_host = std::move(out);
 
@@ -313,6 +390,12 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   report.median_ms = timing.median_ms();
   report.warmup = opt.warmup;
   report.repeats = opt.repeats;
+  const double seconds = report.median_ms * 1e-3;
+  report.metrics = {
+      rate_metric(device, "tflops", seconds > 0 ? p.flops() / seconds / 1e12 : 0.0, "TFLOP/s", "throughput",
+                  "(4*B*H*Nq*Nkv*d)", true),
+      rate_metric(device, "effective_gbps", seconds > 0 ? static_cast<double>(p.qkvo_bytes()) / seconds / 1e9 : 0.0,
+                  "GB/s", "effective", "(Q, K, V read + O written once)", false, 1)};
   return report;
 }
 
@@ -328,8 +411,13 @@ int run_guarded(const char* program, const std::function<int()>& body) {
   }
 }
 
+int run_demo(int argc, const char* const* argv, Demo& demo) {
+  return run_guarded(argv[0], [&] { return drive(argc, argv, demo); });
+}
+
 int run_stage_demo(int argc, const char* const* argv, const StageDemo& stage) {
-  return run_guarded(argv[0], [&] { return run(argc, argv, stage); });
+  ForwardDemo demo(stage);
+  return run_demo(argc, argv, demo);
 }
 
 }  // namespace fa

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "common/device_buffer.h"
 #include "common/errors.h"
 #include "common/problem.h"
+#include "common/report.h"
 
 namespace fa {
 
@@ -136,8 +138,18 @@ struct StageDemo {
 };
 
 struct AttentionInputs;
-struct DeviceInfo;
-struct RunReport;
+struct DecodeProblem;
+
+/// The JSON fields of an attention problem: batch, heads, seq_q, seq_kv, dim, scale, causal, qkvo_bytes.
+std::vector<std::pair<std::string, JsonScalar>> problem_fields(const AttentionProblem& p);
+
+/// The same for a decoding problem: batch, q_heads, kv_heads, seq_q, max_seq_kv, total_kv, dim, scale, causal.
+std::vector<std::pair<std::string, JsonScalar>> problem_fields(const DecodeProblem& p);
+
+/// A rate for the report: `value` on a GPU, none on the CPU backend (whose timings are not GPU
+/// performance) or where it is not finite (no timed run).
+Metric rate_metric(const DeviceInfo& device, const std::string& key, double value, const std::string& unit,
+                   const std::string& label, const std::string& note, bool headline, int digits = 2);
 
 /**
  * Q, K and V from DIR/q.npy, k.npy and v.npy, checked against each other: each
@@ -171,19 +183,79 @@ std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p);
 /**
  * Runs one stage on inputs already on the device (`inputs`: Q, K, V of type p.dtype;
  * `in`: their host copies, for the check): one run on a poisoned output, checked against the float64
- * reference on `opt.check_rows` rows when `opt.check`, then `opt.warmup` untimed and
- * `opt.repeats` timed runs. Allocates the stage's output and workspace itself; the
- * caller makes sure stage_run_bytes() fit. With warmup = repeats = 0 the stage runs
- * exactly once (what a profiler wants). `out_host`, if given, receives O.
+ * reference on `opt.check_rows` rows when `opt.check` (checks "O" and, if the stage writes it,
+ * "lse"), then `opt.warmup` untimed and `opt.repeats` timed runs. Allocates the stage's output
+ * and workspace itself; the caller makes sure stage_run_bytes() fit. With warmup = repeats = 0
+ * the stage runs exactly once (what a profiler wants). `out_host`, if given, receives O.
  */
 RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
                         const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
                         std::vector<float>* out_host = nullptr);
 
+/// What a demo's run will allocate and may take, known once the device is.
+struct DemoFootprint {
+  std::string shape;             ///< the problem in one line
+  std::size_t device_bytes = 0;  ///< everything the run allocates on the device
+  std::string what;              ///< those bytes explained, for the message when they do not fit
+  std::string plan;              ///< what --dry-run adds after the bytes ("storing P would add 2.00 GiB")
+  double estimate_s = 0;         ///< a conservative estimate of the whole run's seconds (0: none made)
+  std::string estimate_basis;    ///< what the estimate counts ("1.1e+12 FLOP per pass, 24 passes ...")
+  std::string shorter;           ///< how to make a long run shorter
+};
+
 /**
- * Runs a stage's demo: parses the command line, builds random (or loaded) inputs,
- * checks that everything fits before allocating, poisons O, runs once and checks the
- * result against the float64 reference, times warm-up + repeats, prints the report.
+ * One stage's demo as the shared driver (run_demo()) runs it. The driver owns the command
+ * line, the order of the steps and the report; the demo says what is special about its
+ * stage. The steps, in order:
+ *  1. add_flags(): the demo's own flags (and rewording of the shared ones);
+ *  2. setup(): the command line checked and the problem built, before any device is touched,
+ *     so that bad input fails the same way with or without a GPU;
+ *  3. footprint(): once the device is known, what the run needs; the driver refuses a run
+ *     that does not fit, warns of one that may take long, and stops here for --dry-run;
+ *  4. run(): inputs made, outputs poisoned, one run checked against the float64 reference,
+ *     the timed runs: the RunReport, which the driver prints as text, one line or JSON, and
+ *     whose checks decide the exit code.
+ */
+class Demo {
+ public:
+  virtual ~Demo() = default;
+  /// The stage's folder name: "09_split_kv_decoding".
+  virtual std::string id() const = 0;
+  /// The help text's paragraph under the program's name.
+  virtual std::string about() const = 0;
+  /// Sets the demo's own defaults on `opt`, which holds default_demo_options() (a demo may
+  /// choose another shape, another dtype).
+  virtual void set_defaults(DemoOptions& opt) const { (void)opt; }
+  /// The shared flags that mean nothing for this demo ("load", "check-rows").
+  virtual std::vector<std::string> left_out_flags() const { return {}; }
+  /// Adds the demo's own flags to `parser` and rewords shared ones whose meaning it widens.
+  virtual void add_flags(ArgParser& parser) { (void)parser; }
+  /// The help text of --variant, or empty where the stage has no variants (and no such flag).
+  virtual std::string variant_help() const { return ""; }
+  /**
+   * Checks the command line (`opt`, and `parser` for what was given) and builds the problem.
+   * \returns an exit code when the command asked for something the demo has now done
+   *          instead of a measured run (stage 02's --trace); nothing otherwise.
+   * \throws UsageError or InputError naming what is wrong.
+   */
+  virtual std::optional<int> setup(const DemoOptions& opt, const ArgParser& parser) = 0;
+  /// What the run will need on `device` (the demo reads files it was told to load here).
+  virtual DemoFootprint footprint(const DeviceInfo& device) = 0;
+  /// Runs, checks and times the stage on `device`.
+  virtual RunReport run(const DeviceInfo& device) = 0;
+};
+
+/**
+ * Runs a demo: parses the command line, sets it up, checks that it fits before anything is
+ * allocated, runs it, prints the report (--json, --brief or text).
+ * \returns the process exit code (fa::ExitCode): kExitCheckFailed if any check failed; never throws.
+ */
+int run_demo(int argc, const char* const* argv, Demo& demo);
+
+/**
+ * The demo of an attention stage, 01 to 08, through run_demo(): random (or loaded) inputs,
+ * O poisoned, one run checked against the float64 reference, warm-up + repeats timed,
+ * `--compare` with the stage's compare_with, `--variant` with its variants.
  * \returns the process exit code (fa::ExitCode); never throws.
  */
 int run_stage_demo(int argc, const char* const* argv, const StageDemo& stage);

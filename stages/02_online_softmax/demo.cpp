@@ -108,14 +108,6 @@ void trace_kernel(const std::vector<float>& x) {
 }
 
 // ---- the comparison ------------------------------------------------------------------
-struct KernelRun {
-  std::string name;
-  int sweeps;             // reads of each row
-  double bytes_read, bytes_written;  // what the kernel asks for; caches may serve part of it
-  double median_ms;
-  fa::SoftmaxCheck check;
-  bool checked;
-};
 
 // The rows `rows` of a device matrix with `cols` columns, gathered on the host.
 std::vector<float> gather_rows(const float* device, const std::vector<int64_t>& rows, int64_t cols) {
@@ -129,131 +121,139 @@ std::vector<float> gather_rows(const float* device, const std::vector<int64_t>& 
 
 std::vector<float> gather(const float* device, const std::vector<int64_t>& rows) { return gather_rows(device, rows, 1); }
 
-int run(int argc, char** argv) {
-  fa::DemoOptions opt = fa::default_demo_options(fa::is_cpu_backend());
-  bool trace = false;
-  std::vector<float> row = {2, 1, 4, 1.5f, 3}, tile_row = {1, 2, 3, 4};
-  int64_t tile = 2;
-  fa::ArgParser parser(argv[0],
-                       "Stage 02_online_softmax: row softmax with the online recurrence, next to stage 01's "
-                       "three-sweep softmax.\nThe matrix has B*H*Nq rows of Nkv values, like the scores of "
-                       "that attention problem.");
-  fa::add_demo_options(parser, opt);
-  parser.add_switch("trace", &trace, "print the recurrence step by step on --row and --tile-row");
-  parser.add_real_list("row", &row, "comma-separated values for --trace");
-  parser.add_real_list("tile-row", &tile_row, "comma-separated values for the tiled --trace");
-  parser.add_int("tile", &tile, "tile size for the tiled --trace");
-  if (!parser.parse(argc, argv)) return fa::kExitPassed;
-
-  if (trace) {
-    trace_elementwise(row);
-    trace_tiles(tile_row, tile);
-    trace_kernel(row);
-    return fa::kExitPassed;
-  }
-  if (!opt.load_dir.empty() || !opt.save_dir.empty()) throw fa::UsageError("stage 02 does not read or write .npy files");
-  if (opt.causal) throw fa::UsageError("--causal has no meaning for stage 02: it is a softmax of a given matrix");
-  if (opt.compare) throw fa::UsageError("--compare: stage 02 always runs stage 01's softmax beside its own");
-
-  const fa::AttentionProblem shape = fa::make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim);
-  const int64_t rows = shape.rows(), cols = shape.seq_kv;
-  const double matrix_bytes = static_cast<double>(rows) * static_cast<double>(cols) * sizeof(float);
-  const fa::DeviceInfo device = fa::require_device();
-  fa::require_fits(device, static_cast<size_t>(2 * matrix_bytes) + static_cast<size_t>(rows) * 8,
-                   "input and output matrices " + fa::format_bytes(matrix_bytes) + " each");
-
-  const std::vector<float> x_host = fa::random_uniform(rows * cols, opt.seed, static_cast<float>(opt.magnitude));
-  fa::DeviceBuffer<float> x(x_host), p(static_cast<size_t>(rows * cols)), m(static_cast<size_t>(rows)),
-      l(static_cast<size_t>(rows));
-  const std::vector<int64_t> sample = fa::sample_indices(rows, opt.check_rows);
-  std::vector<float> x_sample;
-  for (int64_t r : sample) x_sample.insert(x_sample.end(), x_host.begin() + r * cols, x_host.begin() + (r + 1) * cols);
-
-  std::vector<KernelRun> runs = {
-      {"01 three-sweep softmax", 3, 3 * matrix_bytes, matrix_bytes, 0, {}, false},
-      {"02 online softmax", 2, 2 * matrix_bytes, matrix_bytes + rows * 8.0, 0, {}, false}};
-  for (KernelRun& k : runs) {
-    const bool online = k.sweeps == 2;
-    const auto launch = [&] {
-      if (online) {
-        fa::online::softmax_rows(x.data(), p.data(), m.data(), l.data(), rows, cols);
-      } else {
-        fa::naive::softmax_rows(x.data(), p.data(), rows, cols);
-      }
-    };
-    p.fill_bytes(fa::kPoisonByte);
-    m.fill_bytes(fa::kPoisonByte);
-    l.fill_bytes(fa::kPoisonByte);
-    launch();
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    if (opt.check) {
-      const std::vector<float> got = gather_rows(p.data(), sample, cols);
-      const int64_t n = static_cast<int64_t>(sample.size());
-      if (online) {
-        const std::vector<float> got_m = gather(m.data(), sample), got_l = gather(l.data(), sample);
-        k.check = fa::check_softmax(x_sample.data(), n, cols, got.data(), got_m.data(), got_l.data());
-      } else {
-        k.check = fa::check_softmax(x_sample.data(), n, cols, got.data());
-      }
-      k.checked = true;
-    }
-    k.median_ms = fa::time_device(launch, static_cast<int>(opt.warmup), static_cast<int>(opt.repeats)).median_ms();
-  }
-
-  bool passed = true;
-  for (const KernelRun& k : runs) passed = passed && (!k.checked || k.check.passed());
-  const bool cpu = fa::is_cpu_backend();
-  const std::string where = cpu ? "CPU backend" : "GPU: " + device.name;
-  const double speedup = runs[0].median_ms / runs[1].median_ms;
-  char line[512];
-  if (opt.json) {
-    for (const KernelRun& k : runs) {
-      fa::JsonWriter w(std::cout);
-      w.begin_object().field("stage", "02_online_softmax").field("kernel", k.name).field("backend", device.backend);
-      w.field("device", device.name).field("rows", rows).field("cols", cols).field("sweeps", k.sweeps);
-      w.field("bytes_read", static_cast<uint64_t>(k.bytes_read));
-      w.field("bytes_written", static_cast<uint64_t>(k.bytes_written));
-      w.field("median_ms", k.median_ms);
-      w.field("result", !k.checked ? "UNCHECKED" : (k.check.passed() ? "PASSED" : "FAILED")).end_object();
-      std::cout << "\n";
-    }
-    return passed ? fa::kExitPassed : fa::kExitCheckFailed;
-  }
-  std::snprintf(line, sizeof line, "02_online_softmax: %s  online %.3f ms vs three-sweep %.3f ms (%.2fx)  [%lld rows x %lld]  [%s]",
-                !runs[1].checked ? "UNCHECKED" : (passed ? "PASSED" : "FAILED"), runs[1].median_ms, runs[0].median_ms, speedup,
-                static_cast<long long>(rows), static_cast<long long>(cols), where.c_str());
-  if (opt.brief) {
-    std::cout << line << "\n";
-    return passed ? fa::kExitPassed : fa::kExitCheckFailed;
-  }
-  std::cout << "stage 02_online_softmax: row softmax, three sweeps (stage 01) vs online (two sweeps)\n"
-            << "  device      " << device.name << (cpu ? " (CPU backend: timings are not GPU performance)" : "") << "\n"
-            << "  matrix      " << rows << " rows x " << cols << " floats (B*H*Nq x Nkv of " << fa::describe(shape)
-            << "), " << fa::format_bytes(matrix_bytes) << "\n"
-            << "  time        median of " << opt.repeats << " runs after " << opt.warmup << " warm-up\n\n";
-  std::printf("  %-24s %7s %12s %14s %11s\n", "kernel", "sweeps", "bytes read", "bytes written", "median ms");
-  for (const KernelRun& k : runs) {
-    std::printf("  %-24s %7d %12s %14s %11.3f\n", k.name.c_str(), k.sweeps, fa::format_bytes(k.bytes_read).c_str(),
-                fa::format_bytes(k.bytes_written).c_str(), k.median_ms);
-  }
-  std::cout << "\n  bytes read per row: " << 3 * cols * 4 << " (three sweeps) vs " << 2 * cols * 4
-            << " (online), as the kernels ask for them. A row small enough to stay in\n"
-            << "  L1/L2 between sweeps is re-read from cache, not HBM (see the stage's README).\n";
-  for (const KernelRun& k : runs) {
-    if (!k.checked) continue;
-    std::cout << "  check " << k.name << ", " << sample.size() << " of " << rows << " rows against float64:\n"
-              << "    p  " << fa::describe(k.check.p, nullptr) << "\n";
-    if (k.check.has_stats) {
-      std::cout << "    m  " << fa::describe(k.check.m, nullptr) << "\n    l  " << fa::describe(k.check.l, nullptr) << "\n";
-    }
-  }
-  std::cout << line << "\n";
-  return passed ? fa::kExitPassed : fa::kExitCheckFailed;
+// Names element k of the gathered rows, `per_row` values a row: "p[row=17,col=5]" or "m[row=17]".
+fa::IndexNamer sample_namer(const std::vector<int64_t>& rows, int64_t per_row, const std::string& what) {
+  return [rows, per_row, what](int64_t k) {
+    const std::string row = "row=" + std::to_string(rows[static_cast<size_t>(k / per_row)]);
+    return what + "[" + row + (per_row > 1 ? ",col=" + std::to_string(k % per_row) : "") + "]";
+  };
 }
+
+// Stage 02's softmax beside stage 01's on the same matrix; or, with --trace, the
+// recurrence step by step.
+class SoftmaxDemo final : public fa::Demo {
+ public:
+  std::string id() const override { return "02_online_softmax"; }
+  std::string about() const override {
+    return "row softmax with the online recurrence, next to stage 01's three-sweep softmax.\n"
+           "The matrix has B*H*Nq rows of Nkv values, like the scores of that attention problem.";
+  }
+  std::vector<std::string> left_out_flags() const override { return {"load", "save", "dtype"}; }
+  void add_flags(fa::ArgParser& parser) override {
+    parser.reword("compare", "(always on: stage 01's softmax runs beside this one)");
+    parser.add_switch("trace", &trace_, "print the recurrence step by step on --row and --tile-row");
+    parser.add_real_list("row", &row_, "comma-separated values for --trace");
+    parser.add_real_list("tile-row", &tile_row_, "comma-separated values for the tiled --trace");
+    parser.add_int("tile", &tile_, "tile size for the tiled --trace");
+  }
+
+  std::optional<int> setup(const fa::DemoOptions& opt, const fa::ArgParser&) override {
+    if (trace_) {
+      trace_elementwise(row_);
+      trace_tiles(tile_row_, tile_);
+      trace_kernel(row_);
+      return fa::kExitPassed;
+    }
+    if (opt.causal) throw fa::UsageError("--causal has no meaning for stage 02: it is a softmax of a given matrix");
+    if (opt.compare) throw fa::UsageError("--compare: stage 02 always runs stage 01's softmax beside its own");
+    opt_ = opt;
+    shape_ = fa::make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim);
+    return std::nullopt;
+  }
+
+  fa::DemoFootprint footprint(const fa::DeviceInfo&) override {
+    fa::DemoFootprint f;
+    f.shape = matrix_text();
+    f.device_bytes = static_cast<size_t>(2 * matrix_bytes()) + static_cast<size_t>(shape_.rows()) * 8;
+    f.what = "input and output matrices " + fa::format_bytes(matrix_bytes()) + " each";
+    return f;
+  }
+
+  fa::RunReport run(const fa::DeviceInfo& device) override {
+    const int64_t rows = shape_.rows(), cols = shape_.seq_kv;
+    const std::vector<float> x_host = fa::random_uniform(rows * cols, opt_.seed, static_cast<float>(opt_.magnitude));
+    fa::DeviceBuffer<float> x(x_host), p(static_cast<size_t>(rows * cols)), m(static_cast<size_t>(rows)),
+        l(static_cast<size_t>(rows));
+    const std::vector<int64_t> sample = fa::sample_indices(rows, opt_.check_rows);
+    std::vector<float> x_sample;
+    for (int64_t r : sample) x_sample.insert(x_sample.end(), x_host.begin() + r * cols, x_host.begin() + (r + 1) * cols);
+
+    // Each kernel: outputs poisoned, one checked run, then the timed runs.
+    const auto measure = [&](bool online) {
+      const auto launch = [&] {
+        if (online) {
+          fa::online::softmax_rows(x.data(), p.data(), m.data(), l.data(), rows, cols);
+        } else {
+          fa::naive::softmax_rows(x.data(), p.data(), rows, cols);
+        }
+      };
+      const int sweeps = online ? 2 : 3;
+      const double read = sweeps * matrix_bytes(), written = matrix_bytes() + (online ? rows * 8.0 : 0.0);
+      fa::RunReport r;
+      r.stage = online ? "02_online_softmax" : "01_naive softmax";
+      r.title = online ? "row softmax, online: m and l in one sweep, then normalise"
+                       : "row softmax, three sweeps: max, sum, normalise";
+      r.device = device;
+      r.shape = matrix_text();
+      r.fields = {{"rows", rows}, {"cols", cols}, {"sweeps", int64_t{sweeps}},
+                  {"bytes_read", read}, {"bytes_written", written}};
+      r.hbm_model_bytes = read + written;
+      r.notes = {{"sweeps", std::to_string(sweeps) + " reads of each row, " + fa::format_bytes(read) + " read and " +
+                                fa::format_bytes(written) + " written as the kernel asks for them; a row that stays "
+                                "in L1/L2 between sweeps is read again from cache, not HBM (the stage's README)"}};
+      p.fill_bytes(fa::kPoisonByte);
+      m.fill_bytes(fa::kPoisonByte);
+      l.fill_bytes(fa::kPoisonByte);
+      launch();
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      if (opt_.check) {
+        const std::vector<float> got = gather_rows(p.data(), sample, cols);
+        const int64_t n = static_cast<int64_t>(sample.size());
+        r.checked = true;
+        r.checked_what = std::to_string(n) + " of " + std::to_string(rows) + " rows";
+        r.checked_count = {"rows_checked", n};
+        if (online) {
+          const std::vector<float> got_m = gather(m.data(), sample), got_l = gather(l.data(), sample);
+          const fa::SoftmaxCheck c = fa::check_softmax(x_sample.data(), n, cols, got.data(), got_m.data(), got_l.data());
+          r.checks = {{"p", c.p, sample_namer(sample, cols, "p")},
+                      {"m", c.m, sample_namer(sample, 1, "m")},
+                      {"l", c.l, sample_namer(sample, 1, "l")}};
+        } else {
+          r.checks = {{"p", fa::check_softmax(x_sample.data(), n, cols, got.data()).p, sample_namer(sample, cols, "p")}};
+        }
+      }
+      r.median_ms = fa::time_device(launch, static_cast<int>(opt_.warmup), static_cast<int>(opt_.repeats)).median_ms();
+      r.warmup = opt_.warmup;
+      r.repeats = opt_.repeats;
+      r.metrics = {fa::rate_metric(device, "gbps", (read + written) / (r.median_ms * 1e-3) / 1e9, "GB/s", "bandwidth",
+                                   "of the bytes the kernel asks for", true, 1)};
+      return r;
+    };
+    fa::RunReport report = measure(true);
+    report.compared.push_back(measure(false));
+    return report;
+  }
+
+ private:
+  double matrix_bytes() const { return static_cast<double>(shape_.rows()) * static_cast<double>(shape_.seq_kv) * 4; }
+  std::string matrix_text() const {
+    const auto n = [](int64_t x) { return std::to_string(x); };
+    return n(shape_.rows()) + " rows x " + n(shape_.seq_kv) + " floats, " + fa::format_bytes(matrix_bytes()) +
+           " (B*H*Nq x Nkv for B=" + n(shape_.batch) + " H=" + n(shape_.heads) + " Nq=" + n(shape_.seq_q) +
+           " Nkv=" + n(shape_.seq_kv) + ")";
+  }
+
+  bool trace_ = false;  // --trace, on --row and --tile-row by tiles of --tile
+  std::vector<float> row_ = {2, 1, 4, 1.5f, 3}, tile_row_ = {1, 2, 3, 4};
+  int64_t tile_ = 2;
+  fa::DemoOptions opt_;
+  fa::AttentionProblem shape_;
+};
 
 }  // namespace
 
-/// Runs the comparison, or the trace, with the shared error handling.
+/// Runs the comparison, or the trace, through the shared driver.
 int main(int argc, char** argv) {
-  return fa::run_guarded(argv[0], [&] { return run(argc, argv); });
+  SoftmaxDemo demo;
+  return fa::run_demo(argc, argv, demo);
 }

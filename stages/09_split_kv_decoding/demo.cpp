@@ -15,7 +15,7 @@
  */
 #include <cuda_runtime.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -26,7 +26,6 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
-#include "common/json.h"
 #include "common/random.h"
 #include "common/reference.h"
 #include "common/report.h"
@@ -38,20 +37,6 @@
 #include "stages/09_split_kv_decoding/tuning.h"
 
 namespace {
-
-// The shared demo flags (common/cli.h) and the decoding problem's own.
-struct Options : fa::DemoOptions {
-  int64_t kv_heads = 0;          // --kv-heads; 0: Hkv = Hq
-  std::vector<int64_t> kv_lens;  // --kv-lens; empty: every sequence is --seq-kv long
-  int64_t splits = 0;            // --splits; 0: chosen from the shape and the GPU
-  bool bandwidth = false;        // --bandwidth
-};
-
-std::string fixed(double x, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
-}
 
 // The same inputs as an ordinary attention problem, where one exists: every query head its
 // own KV head, every sequence as long as the cache, and no mask (or one new query, which
@@ -80,170 +65,178 @@ double copy_tbps(std::size_t bytes, int repeats) {
   return 2.0 * static_cast<double>(bytes) / (t.median_ms() * 1e-3) / 1e12;
 }
 
-int run(int argc, char** argv) {
-  const bool cpu = fa::is_cpu_backend();
-  Options o;
-  static_cast<fa::DemoOptions&>(o) = fa::default_demo_options(cpu);
-  if (cpu) {  // every CUDA thread is a fiber on one core: a small step, still split four ways
-    o.batch = 2, o.heads = 8, o.kv_heads = 2, o.seq_q = 1, o.seq_kv = 1000, o.dim = 64, o.splits = 4;
-  } else {  // one sequence and a cache of 32768 keys, as the benchmark's first shape
-    o.batch = 1, o.heads = 32, o.seq_q = 1, o.seq_kv = 32768, o.dim = 128;
+// One decode step: the new queries of every sequence against its KV cache.
+class DecodeDemo final : public fa::Demo {
+ public:
+  DecodeDemo() {
+    if (fa::is_cpu_backend()) kv_heads_ = 2, splits_ = 4;  // grouped-query, split four ways, on the CPU too
   }
-  o.dtype = "fp16";
-  fa::ArgParser a(argv[0],
-                  "Stage 09_split_kv_decoding: one decode step, the KV cache split across blocks and the parts "
-                  "merged with stage 02's rule.\nRuns it on random inputs, checks it against a float64 CPU "
-                  "reference and reports its median time and the cache bytes read per second.");
-  fa::add_demo_options(a, o, {"load", "save"});
-  a.reword("batch", "sequences B");
-  a.reword("heads", "query heads Hq");
-  a.reword("seq-q", "new queries per sequence Nq");
-  a.reword("seq-kv", "cache capacity Nmax: rows per KV head (and each length, unless --kv-lens)");
-  a.reword("causal", "causal mask, bottom-right: query i sees keys j <= L - Nq + i");
-  a.reword("dtype", "element type of Q, K, V, O: fp16, bf16 or fp32");
-  a.reword("check-rows", "most query rows to check (spread over all sequences and heads)");
-  a.reword("compare", "also run stage 07 (fp16/bf16) or 05 (fp32) on the same inputs");
-  a.reword("dry-run", "check the shape and say what it needs, run nothing");
-  a.add_int("kv-heads", &o.kv_heads, "key/value heads Hkv, dividing Hq (0: Hkv = Hq)", 0);
-  a.add_int_list("kv-lens", &o.kv_lens, "one cache length per sequence, each in [1, --seq-kv]");
-  a.add_int("splits", &o.splits, "splits of the longest cache; the others get as many as its chunk size gives (0: chosen from the shape and the GPU)", 0);
-  a.add_switch("bandwidth", &o.bandwidth, "also time a device-to-device copy of the cache's bytes");
-  const std::vector<fa::Variant<fa::decode::Decoder>> variants = fa::decode::variants();
-  a.add_string("variant", &o.variant, fa::variant_help(variants), "NAME");
-  if (!a.parse(argc, argv)) return fa::kExitPassed;
-  const std::string name = o.variant.empty() ? "09_split_kv_decoding" : "09_split_kv_decoding:" + o.variant;
-  const fa::decode::Decoder decoder = o.variant.empty() ? fa::decode::Decoder{fa::decode::make_plan, fa::decode::attention}
-                                                        : fa::find_variant(variants, o.variant, "09_split_kv_decoding").run;
-
-  fa::DType dtype;
-  if (!fa::parse_dtype(o.dtype, &dtype)) {
-    throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp16, bf16, fp32)");
+  std::string id() const override { return "09_split_kv_decoding"; }
+  std::string about() const override {
+    return "one decode step, the KV cache split across blocks and the parts merged with stage 02's rule.\n"
+           "Runs it on random inputs, checks it against a float64 CPU reference and reports its median time and "
+           "the cache bytes read per second.";
   }
-  if (!a.given("seq-kv") && !o.kv_lens.empty()) {  // the capacity defaults to the longest sequence
-    o.seq_kv = *std::max_element(o.kv_lens.begin(), o.kv_lens.end());
-  }
-  const fa::DecodeProblem p = fa::make_decode_problem(o.batch, o.heads, o.kv_heads ? o.kv_heads : o.heads, o.seq_q,
-                                                      o.seq_kv, o.kv_lens, o.dim, o.scale, o.causal, dtype);
-  const fa::DeviceInfo device = fa::require_device();
-  const fa::decode::Plan plan = decoder.make_plan(p, device.sm_count, o.splits);
-  const std::size_t workspace = fa::decode::workspace_bytes(p, plan);
-  const std::size_t lse_bytes = static_cast<std::size_t>(p.rows()) * sizeof(float);
-  fa::require_fits(device, p.device_bytes() + workspace + lse_bytes,
-                   "Q, K, V, O " + fa::format_bytes(static_cast<double>(p.device_bytes())) + " + workspace " +
-                       fa::format_bytes(static_cast<double>(workspace + lse_bytes)));
-  if (o.dry_run) {
-    std::cout << "dry run: " << fa::describe(p) << " fits ("
-              << fa::format_bytes(static_cast<double>(p.device_bytes() + workspace + lse_bytes))
-              << " on the device); plan: " << fa::decode::describe(plan, p) << "; nothing was run\n";
-    return fa::kExitPassed;
-  }
-
-  // Inputs, poisoned outputs, one checked run.
-  const fa::AttentionInputs in = fa::random_decode_inputs(p, o.seed, static_cast<float>(o.magnitude));
-  const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, dtype);
-  std::vector<int> lens32(p.kv_lens.begin(), p.kv_lens.end());
-  const fa::DeviceBuffer<int> lens(lens32);
-  fa::DeviceBuffer<unsigned char> out(static_cast<std::size_t>(p.q_elems()) * fa::dtype_bytes(dtype)), ws(workspace);
-  fa::DeviceBuffer<float> lse(static_cast<std::size_t>(p.rows()));
-  out.fill_bytes(fa::kPoisonByte);
-  lse.fill_bytes(fa::kPoisonByte);
-  const auto step = [&] {
-    decoder.attention(p, plan, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), out.data(), lse.data(),
-                      ws.data());
-  };
-  step();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  fa::AttentionCheck check;
-  if (o.check) {
-    const std::vector<float> got = fa::download_as_float(out.data(), static_cast<std::size_t>(p.q_elems()), dtype);
-    const std::vector<float> got_lse = lse.download();
-    check = fa::check_decode(p, in, got, fa::sample_indices(p.rows(), o.check_rows), &got_lse);
-  }
-  const double ms = fa::time_device(step, static_cast<int>(o.warmup), static_cast<int>(o.repeats)).median_ms();
-  const double tbps = p.kv_bytes() / (ms * 1e-3) / 1e12;
-  const double copy = o.bandwidth && !cpu && fa::fits(device, 2 * static_cast<std::size_t>(p.kv_bytes()))
-                          ? copy_tbps(static_cast<std::size_t>(p.kv_bytes()), static_cast<int>(o.repeats))
-                          : 0.0;
-  const bool passed = !o.check || check.passed();
-  const std::string verdict = !o.check ? "UNCHECKED" : (passed ? "PASSED" : "FAILED");
-
-  // --compare: the earlier stage's grid of one block per (Q tile, head), on the same values.
-  std::vector<fa::RunReport> compared;
-  std::string skipped;
-  if (o.compare) {
-    fa::AttentionProblem ap;
-    if (as_attention_problem(p, &ap, &skipped)) {
-      const fa::StageDemo other = dtype == fa::DType::F32 ? fa::flash2::describe() : fa::pipeline::describe();
-      fa::DemoOptions dopt;
-      dopt.warmup = o.warmup, dopt.repeats = o.repeats, dopt.check = o.check, dopt.check_rows = o.check_rows;
-      compared.push_back(fa::measure_stage(other, ap, in, inputs.tensors(), device, dopt));
+  void set_defaults(fa::DemoOptions& o) const override {
+    if (fa::is_cpu_backend()) {  // every CUDA thread is a fiber on one core: a small step, still split four ways
+      o.batch = 2, o.heads = 8, o.seq_q = 1, o.seq_kv = 1000, o.dim = 64;
+    } else {  // one sequence and a cache of 32768 keys, as the benchmark's first shape
+      o.batch = 1, o.heads = 32, o.seq_q = 1, o.seq_kv = 32768, o.dim = 128;
     }
+    o.dtype = "fp16";
+  }
+  std::vector<std::string> left_out_flags() const override { return {"load", "save"}; }
+  void add_flags(fa::ArgParser& a) override {
+    a.reword("batch", "sequences B");
+    a.reword("heads", "query heads Hq");
+    a.reword("seq-q", "new queries per sequence Nq");
+    a.reword("seq-kv", "cache capacity Nmax: rows per KV head (and each length, unless --kv-lens)");
+    a.reword("causal", "causal mask, bottom-right: query i sees keys j <= L - Nq + i");
+    a.reword("dtype", "element type of Q, K, V, O: fp16, bf16 or fp32");
+    a.reword("check-rows", "most query rows to check (spread over all sequences and heads)");
+    a.reword("compare", "also run stage 07 (fp16/bf16) or 05 (fp32) on the same inputs");
+    a.reword("dry-run", "check the shape and say what it needs, run nothing");
+    a.add_int("kv-heads", &kv_heads_, "key/value heads Hkv, dividing Hq (0: Hkv = Hq)", 0);
+    a.add_int_list("kv-lens", &kv_lens_, "one cache length per sequence, each in [1, --seq-kv]");
+    a.add_int("splits", &splits_,
+              "splits of the longest cache; the others get as many as its chunk size gives (0: chosen from the "
+              "shape and the GPU)",
+              0);
+    a.add_switch("bandwidth", &bandwidth_, "also time a device-to-device copy of the cache's bytes");
+  }
+  std::string variant_help() const override { return fa::variant_help(variants_); }
+
+  std::optional<int> setup(const fa::DemoOptions& o, const fa::ArgParser& a) override {
+    opt_ = o;
+    if (!o.variant.empty()) {
+      const auto& v = fa::find_variant(variants_, o.variant, id());
+      decoder_ = v.run;
+      variant_ = v.name + ": " + v.summary;
+    }
+    fa::DType dtype;
+    if (!fa::parse_dtype(o.dtype, &dtype)) {
+      throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp16, bf16, fp32)");
+    }
+    int64_t capacity = o.seq_kv;
+    if (!a.given("seq-kv") && !kv_lens_.empty()) {  // the capacity defaults to the longest sequence
+      capacity = *std::max_element(kv_lens_.begin(), kv_lens_.end());
+    }
+    p_ = fa::make_decode_problem(o.batch, o.heads, kv_heads_ ? kv_heads_ : o.heads, o.seq_q, capacity, kv_lens_, o.dim,
+                                 o.scale, o.causal, dtype);
+    return std::nullopt;
   }
 
-  const std::string where = cpu ? "CPU backend" : "GPU: " + device.name;
-  const std::string summary = name + ": " + verdict + "  " + fixed(ms, 3) + " ms" +
-                              (cpu ? "" : "  " + fixed(tbps, 2) + " TB/s") + "  [" + fa::describe(p) + "]  [" +
-                              where + "]";
-  if (o.json) {
-    fa::JsonWriter w(std::cout);
-    w.begin_object().field("stage", name).field("backend", device.backend).field("device", device.name);
-    w.field("batch", p.batch).field("q_heads", p.q_heads).field("kv_heads", p.kv_heads).field("seq_q", p.seq_q);
-    w.field("max_seq_kv", p.max_seq_kv).field("total_kv", p.total_kv()).field("dim", p.dim).field("causal", p.causal);
-    w.field("dtype", fa::dtype_name(dtype)).field("splits", plan.splits).field("chunk", plan.chunk);
-    w.field("median_ms", ms).field("repeats", o.repeats).field("kv_bytes", p.kv_bytes());
-    w.field("tbps", cpu ? std::nullopt : std::optional<double>(tbps));
-    w.field("copy_tbps", copy > 0 ? std::optional<double>(copy) : std::nullopt);
-    w.field("workspace_bytes", static_cast<uint64_t>(workspace));
-    if (o.check) w.field("rows_checked", static_cast<uint64_t>(check.rows.size())).field("max_abs_err", check.o.max_abs_err);
-    w.field("result", verdict).end_object();
-    std::cout << "\n";
-    for (const fa::RunReport& r : compared) fa::print_report_json(std::cout, r);
-  } else if (o.brief) {
-    std::cout << summary << "\n";
-  } else {
-    const auto line = [](const std::string& key, const std::string& value) {
-      std::cout << "  " << key << std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') << value << "\n";
+  fa::DemoFootprint footprint(const fa::DeviceInfo& device) override {
+    plan_ = decoder_.make_plan(p_, device.sm_count, splits_);
+    const std::size_t workspace = fa::decode::workspace_bytes(p_, plan_);
+    const std::size_t lse_bytes = static_cast<std::size_t>(p_.rows()) * sizeof(float);
+    fa::DemoFootprint f;
+    f.shape = fa::describe(p_);
+    f.device_bytes = p_.device_bytes() + workspace + lse_bytes;
+    f.what = "Q, K, V, O " + fa::format_bytes(static_cast<double>(p_.device_bytes())) + " + workspace " +
+             fa::format_bytes(static_cast<double>(workspace + lse_bytes));
+    f.plan = "plan: " + fa::decode::describe(plan_, p_);
+    return f;
+  }
+
+  fa::RunReport run(const fa::DeviceInfo& device) override {
+    // Inputs, poisoned outputs, one checked run.
+    const fa::AttentionInputs in = fa::random_decode_inputs(p_, opt_.seed, static_cast<float>(opt_.magnitude));
+    const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, p_.dtype);
+    const std::vector<int> lens32(p_.kv_lens.begin(), p_.kv_lens.end());
+    const fa::DeviceBuffer<int> lens(lens32);
+    const std::size_t workspace = fa::decode::workspace_bytes(p_, plan_);
+    fa::DeviceBuffer<unsigned char> out(static_cast<std::size_t>(p_.q_elems()) * fa::dtype_bytes(p_.dtype)),
+        ws(workspace);
+    fa::DeviceBuffer<float> lse(static_cast<std::size_t>(p_.rows()));
+    out.fill_bytes(fa::kPoisonByte);
+    lse.fill_bytes(fa::kPoisonByte);
+    const auto step = [&] {
+      decoder_.attention(p_, plan_, inputs.q.data(), inputs.k.data(), inputs.v.data(), lens.data(), out.data(),
+                         lse.data(), ws.data());
     };
-    std::cout << "stage " << name << ": decoding with a split KV cache, merged by stage 02's rule\n";
-    line("device", cpu ? device.name + " (CPU backend: timings are not GPU performance)"
-                       : device.name + " (" + std::to_string(device.sm_count) + " SMs)");
-    line("shape", fa::describe(p));
-    line("plan", fa::decode::describe(plan, p));
-    line("cache read", fa::format_bytes(p.kv_bytes()) + " of K and V (each live row once); " +
-                           fa::format_bytes(fa::decode::hbm_bytes_model(p, plan)) + " in all by the IO model");
-    line("workspace", fa::format_bytes(static_cast<double>(workspace)) + " (each split's m, l and partial O)");
-    line("time", "median " + fixed(ms, 3) + " ms over " + std::to_string(o.repeats) + " runs (" +
-                     std::to_string(o.warmup) + " warm-up)" + (cpu ? " on the CPU backend" : ""));
-    if (!cpu) {
-      line("bandwidth", fixed(tbps, 3) + " TB/s of K and V read" +
-                            (copy > 0 ? "; a device-to-device copy moves " + fixed(copy, 3) + " TB/s (read + write)"
-                                      : ""));
+    step();
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+
+    fa::RunReport r;
+    r.stage = opt_.variant.empty() ? id() : id() + ":" + opt_.variant;
+    r.title = "decoding with a split KV cache, merged by stage 02's rule";
+    r.device = device;
+    r.shape = fa::describe(p_);
+    r.dtype = p_.dtype;
+    r.fields = fa::problem_fields(p_);
+    r.fields.push_back({"splits", plan_.splits});
+    r.fields.push_back({"chunk", plan_.chunk});
+    r.fields.push_back({"kv_bytes", static_cast<int64_t>(p_.kv_bytes())});
+    r.workspace_bytes = workspace;
+    r.hbm_model_bytes = fa::decode::hbm_bytes_model(p_, plan_);
+    if (!variant_.empty()) r.notes.push_back({"variant", variant_});
+    r.notes.push_back({"plan", fa::decode::describe(plan_, p_)});
+    r.notes.push_back({"cache read", fa::format_bytes(p_.kv_bytes()) + " of K and V (each live row once); the "
+                                     "workspace holds each split's m, l and partial O"});
+    if (opt_.check) {
+      const std::vector<float> got =
+          fa::download_as_float(out.data(), static_cast<std::size_t>(p_.q_elems()), p_.dtype);
+      const std::vector<float> got_lse = lse.download();
+      const fa::AttentionCheck check =
+          fa::check_decode(p_, in, got, fa::sample_indices(p_.rows(), opt_.check_rows), &got_lse);
+      r.checked = true;
+      r.checked_what = std::to_string(check.rows.size()) + " of " + std::to_string(p_.rows()) + " query rows";
+      r.checked_count = {"rows_checked", static_cast<int64_t>(check.rows.size())};
+      r.checks.push_back({"O", check.o, fa::decode_output_namer(p_, check.rows)});
+      r.checks.push_back({"lse", check.lse, fa::decode_row_namer(p_, check.rows, "lse")});
     }
-    if (o.check) {
-      line("check", std::to_string(check.rows.size()) + " of " + std::to_string(p.rows()) +
-                        " query rows against the float64 CPU reference");
-      line("O", fa::describe(check.o, fa::decode_output_namer(p, check.rows)));
-      line("lse", fa::describe(check.lse, fa::decode_row_namer(p, check.rows, "lse")));
+
+    const int repeats = static_cast<int>(opt_.repeats);
+    r.median_ms = fa::time_device(step, static_cast<int>(opt_.warmup), repeats).median_ms();
+    r.warmup = opt_.warmup;
+    r.repeats = opt_.repeats;
+    r.metrics.push_back(cache_rate(device, r.median_ms));
+    const auto kv = static_cast<std::size_t>(p_.kv_bytes());
+    if (bandwidth_ && device.backend != "cpu" && fa::fits(device, 2 * kv)) {
+      r.metrics.push_back(fa::rate_metric(device, "copy_tbps", copy_tbps(kv, repeats), "TB/s", "copy",
+                                          "read + written by a device-to-device copy of the cache's bytes", false, 3));
     }
-    for (const fa::RunReport& r : compared) {
-      const bool same = r.problem.dtype == dtype;
-      line("compare", r.stage + " on the same inputs (" + std::string(fa::dtype_name(r.problem.dtype)) +
-                          (same ? "" : ", values unchanged") + "): " + fixed(r.median_ms, 3) + " ms" +
-                          (cpu ? "" : ", " + fixed(p.kv_bytes() / (r.median_ms * 1e-3) / 1e12, 3) + " TB/s") +
-                          ", check " + (!r.checked ? "skipped" : (r.check.passed() ? "PASSED" : "FAILED")) +
-                          "; stage 09 is " + fixed(r.median_ms / ms, 1) + "x as fast");
+
+    // --compare: the earlier stage's grid of one block per (Q tile, head), on the same values.
+    if (opt_.compare) {
+      fa::AttentionProblem ap;
+      std::string why;
+      const fa::StageDemo other = p_.dtype == fa::DType::F32 ? fa::flash2::describe() : fa::pipeline::describe();
+      if (as_attention_problem(p_, &ap, &why)) {
+        fa::RunReport c = fa::measure_stage(other, ap, in, inputs.tensors(), device, opt_);
+        c.metrics.insert(c.metrics.begin(), cache_rate(device, c.median_ms));
+        r.compared.push_back(std::move(c));
+      } else {
+        r.skipped.push_back(other.id + ": " + why);
+      }
     }
-    if (o.compare && compared.empty()) line("compare", "skipped: " + skipped);
-    std::cout << summary << "\n";
+    return r;
   }
-  bool all = passed;
-  for (const fa::RunReport& r : compared) all = all && r.passed();
-  return all ? fa::kExitPassed : fa::kExitCheckFailed;
-}
+
+ private:
+  // K and V of the cache read over `ms`: the rate this stage is measured by.
+  fa::Metric cache_rate(const fa::DeviceInfo& device, double ms) const {
+    return fa::rate_metric(device, "tbps", p_.kv_bytes() / (ms * 1e-3) / 1e12, "TB/s", "bandwidth",
+                           "of K and V read", true, 3);
+  }
+
+  const std::vector<fa::Variant<fa::decode::Decoder>> variants_ = fa::decode::variants();
+  int64_t kv_heads_ = 0;          // --kv-heads; 0: Hkv = Hq
+  std::vector<int64_t> kv_lens_;  // --kv-lens; empty: every sequence is --seq-kv long
+  int64_t splits_ = 0;            // --splits; 0: chosen from the shape and the GPU
+  bool bandwidth_ = false;        // --bandwidth
+  fa::decode::Decoder decoder_{fa::decode::make_plan, fa::decode::attention};  // or a --variant's
+  std::string variant_;           // the --variant's name and summary, if one was given
+  fa::DemoOptions opt_;
+  fa::DecodeProblem p_;
+  fa::decode::Plan plan_;
+};
 
 }  // namespace
 
-/// Runs stage 09's demo; exits 0 when every check passed.
+/// Runs stage 09's demo through the shared driver; exits 0 when every check passed.
 int main(int argc, char** argv) {
-  return fa::run_guarded(argv[0], [&] { return run(argc, argv); });
+  DecodeDemo demo;
+  return fa::run_demo(argc, argv, demo);
 }

@@ -24,7 +24,6 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
-#include "common/json.h"
 #include "common/npy.h"
 #include "common/random.h"
 #include "common/reference.h"
@@ -37,186 +36,192 @@
 
 namespace {
 
-// The shared demo flags (common/cli.h), but whole heads are checked, not rows.
-struct Options : fa::DemoOptions {
-  int64_t check_heads = 2;  // --check-heads
-};
-
 std::string fixed(double x, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);
   return buf;
 }
 
-// Q, K, V and dO from DIR/q.npy, k.npy, v.npy, do.npy; the shape comes from the files.
-void load_tensors(const std::string& dir, const Options& o, fa::AttentionProblem* p, fa::AttentionInputs* in,
-                  std::vector<float>* d_o) {
-  *in = fa::load_npy_inputs(dir, o.scale, o.causal, p);
-  fa::NpyArray g = fa::load_npy(dir + "/do.npy");
-  if (g.shape != std::vector<int64_t>{p->batch, p->heads, p->seq_q, p->dim}) {
-    throw fa::InputError("do.npy must have the shape of q.npy");
+// One training step's attention: stage 05's forward pass, then this stage's backward pass
+// on a random dO (or Q, K, V and dO loaded from .npy files).
+class BackwardDemo final : public fa::Demo {
+ public:
+  std::string id() const override { return "10_backward"; }
+  std::string about() const override {
+    return "the backward pass, dQ, dK and dV recomputed from the forward's log-sum-exp.\n"
+           "Runs stage 05's forward pass and then this stage on random (or loaded) inputs and a random dO, "
+           "checks the gradients against a float64 CPU reference and reports the backward pass's median time.";
   }
-  *d_o = std::move(g.data);
-}
+  void set_defaults(fa::DemoOptions& o) const override { o.dtype = "fp32"; }
+  // Whole heads are checked, not rows (--check-heads).
+  std::vector<std::string> left_out_flags() const override { return {"check-rows"}; }
+  void add_flags(fa::ArgParser& a) override {
+    a.reword("dtype", "element type: fp32 (the only one this stage runs)");
+    a.reword("seed", "seed of the random inputs and dO");
+    a.reword("magnitude", "Q, K, V are uniform in [-X, X] (dO in [-1, 1])");
+    a.reword("compare", "also time the forward pass (stage 05) on the same inputs");
+    a.reword("dry-run", "check the shape and say what it needs, run nothing");
+    a.reword("load", "read q.npy, k.npy, v.npy, do.npy from DIR (sets the shape)");
+    a.reword("save", "write q, k, v, o, do, dq, dk, dv as .npy files to DIR");
+    a.add_int("check-heads", &check_heads_, "most heads to check, whole (spread over all batches and heads)");
+  }
+  std::string variant_help() const override { return fa::variant_help(variants_); }
 
-int run(int argc, char** argv) {
-  const bool cpu = fa::is_cpu_backend();
-  Options o;
-  static_cast<fa::DemoOptions&>(o) = fa::default_demo_options(cpu);  // the same shapes as the other demos
-  o.dtype = "fp32";
-  fa::ArgParser a(argv[0],
-                  "Stage 10_backward: the backward pass, dQ, dK and dV recomputed from the forward's log-sum-exp.\n"
-                  "Runs stage 05's forward pass and then this stage on random (or loaded) inputs and a random dO, "
-                  "checks the gradients against a float64 CPU reference and reports the backward pass's median time.");
-  fa::add_demo_options(a, o, {"check-rows"});
-  a.reword("dtype", "element type: fp32 (the only one this stage runs)");
-  a.reword("seed", "seed of the random inputs and dO");
-  a.reword("magnitude", "Q, K, V are uniform in [-X, X] (dO in [-1, 1])");
-  a.reword("compare", "also time the forward pass (stage 05) on the same inputs");
-  a.reword("dry-run", "check the shape and say what it needs, run nothing");
-  a.reword("load", "read q.npy, k.npy, v.npy, do.npy from DIR (sets the shape)");
-  a.reword("save", "write q, k, v, o, do, dq, dk, dv as .npy files to DIR");
-  a.add_int("check-heads", &o.check_heads, "most heads to check, whole (spread over all batches and heads)");
-  const std::vector<fa::Variant<fa::backward::BackwardRun>> variants = fa::backward::variants();
-  a.add_string("variant", &o.variant, fa::variant_help(variants), "NAME");
-  if (!a.parse(argc, argv)) return fa::kExitPassed;
-  const fa::backward::BackwardRun run_backward =
-      o.variant.empty() ? fa::backward::attention_backward : fa::find_variant(variants, o.variant, "10_backward").run;
-  const std::string name = o.variant.empty() ? "10_backward" : "10_backward:" + o.variant;
-
-  fa::DType dtype;
-  if (!fa::parse_dtype(o.dtype, &dtype)) {
-    throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp32, fp16, bf16)");
-  }
-  if (dtype != fa::DType::F32) {
-    throw fa::InputError(std::string("stage 10_backward runs in fp32 only, not ") + fa::dtype_name(dtype));
-  }
-  fa::AttentionProblem p;
-  fa::AttentionInputs in;
-  std::vector<float> d_o;
-  if (!o.load_dir.empty()) {
-    for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
-      if (a.given(f)) throw fa::UsageError(std::string("--") + f + " cannot be combined with --load");
+  std::optional<int> setup(const fa::DemoOptions& o, const fa::ArgParser& a) override {
+    opt_ = o;
+    if (!o.variant.empty()) {
+      const auto& v = fa::find_variant(variants_, o.variant, id());
+      backward_ = v.run;
+      variant_ = v.name + ": " + v.summary;
     }
-  } else {
-    p = fa::make_problem(o.batch, o.heads, o.seq_q, o.seq_kv, o.dim, o.scale, o.causal);
-  }
-  const fa::DeviceInfo device = fa::require_device();
-  if (!o.load_dir.empty()) load_tensors(o.load_dir, o, &p, &in, &d_o);
-
-  // Q, O, dO, dQ are [B, H, Nq, d]; K, V, dK, dV [B, H, Nkv, d]; the lse and D one float a row.
-  const std::size_t q_bytes = static_cast<std::size_t>(p.q_elems()) * sizeof(float);
-  const std::size_t kv_bytes = static_cast<std::size_t>(p.kv_elems()) * sizeof(float);
-  const std::size_t row_bytes = static_cast<std::size_t>(p.rows()) * sizeof(float);
-  const std::size_t workspace = fa::backward::workspace_bytes(p);
-  const std::size_t total = 4 * q_bytes + 4 * kv_bytes + row_bytes + workspace;
-  const double p_bytes = static_cast<double>(p.batch_heads()) * static_cast<double>(p.seq_q) *
-                         static_cast<double>(p.seq_kv) * sizeof(float);
-  fa::require_fits(device, total,
-                   "Q, K, V, O, dO, dQ, dK, dV " + fa::format_bytes(static_cast<double>(total - row_bytes - workspace)) +
-                       " + lse and D " + fa::format_bytes(static_cast<double>(row_bytes + workspace)));
-  if (o.dry_run) {
-    std::cout << "dry run: " << fa::describe(p) << " fits (" << fa::format_bytes(static_cast<double>(total))
-              << " on the device; storing P would add " << fa::format_bytes(p_bytes) << "); nothing was run\n";
-    return fa::kExitPassed;
-  }
-
-  if (o.load_dir.empty()) {
-    in = fa::random_inputs(p, o.seed, static_cast<float>(o.magnitude));
-    d_o = fa::random_output_gradient(p, o.seed);
-  }
-  const fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(d_o);
-  fa::DeviceBuffer<float> out(static_cast<std::size_t>(p.q_elems())), lse(static_cast<std::size_t>(p.rows()));
-  fa::DeviceBuffer<float> dq(static_cast<std::size_t>(p.q_elems())), dk(static_cast<std::size_t>(p.kv_elems())),
-      dv(static_cast<std::size_t>(p.kv_elems()));
-  fa::DeviceBuffer<unsigned char> ws(workspace);
-
-  // The forward pass that training runs first: O and the lse the backward pass starts from.
-  const auto forward = [&] { fa::flash2::attention(p, q.data(), k.data(), v.data(), out.data(), lse.data()); };
-  forward();
-  for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(fa::kPoisonByte);  // never written stays NaN and fails
-  const auto backward = [&] {
-    run_backward(p, {q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), dq.data(),
-                   dk.data(), dv.data()}, ws.data());
-  };
-  backward();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  const fa::AttentionGradients<float> got{dq.download(), dk.download(), dv.download()};
-  fa::GradientCheck check;
-  if (o.check) {
-    check = fa::check_attention_backward(p, in, d_o, got, fa::sample_indices(p.batch_heads(), o.check_heads));
-  }
-  if (!o.save_dir.empty()) {
-    const std::vector<float> o_host = out.download();
-    fa::save_npy_tensors(o.save_dir, p, {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"o", &o_host}, {"do", &d_o},
-                                 {"dq", &got.dq}, {"dk", &got.dk}, {"dv", &got.dv}});
-  }
-  const int warmup = static_cast<int>(o.warmup), repeats = static_cast<int>(o.repeats);
-  const double ms = fa::time_device(backward, warmup, repeats).median_ms();
-  const double forward_ms = o.compare ? fa::time_device(forward, warmup, repeats).median_ms() : 0.0;
-  const double tflops = fa::backward::flops(p) / (ms * 1e-3) / 1e12;
-  const bool passed = !o.check || check.passed();
-  const std::string verdict = !o.check ? "UNCHECKED" : (passed ? "PASSED" : "FAILED");
-
-  const std::string where = cpu ? "CPU backend" : "GPU: " + device.name;
-  const std::string summary = name + ": " + verdict + "  " + fixed(ms, 3) + " ms" +
-                              (cpu ? "" : "  " + fixed(tflops, 2) + " TFLOP/s") + "  [" + fa::describe(p) + "]  [" +
-                              where + "]";
-  if (o.json) {
-    fa::JsonWriter w(std::cout);
-    w.begin_object().field("stage", name).field("backend", device.backend).field("device", device.name);
-    w.field("batch", p.batch).field("heads", p.heads).field("seq_q", p.seq_q).field("seq_kv", p.seq_kv);
-    w.field("dim", p.dim).field("causal", p.causal).field("dtype", "fp32").field("median_ms", ms);
-    w.field("repeats", o.repeats).field("flops", fa::backward::flops(p));
-    w.field("tflops", cpu ? std::nullopt : std::optional<double>(tflops));
-    w.field("workspace_bytes", static_cast<uint64_t>(workspace)).field("stored_p_bytes", p_bytes);
-    w.field("forward_ms", o.compare ? std::optional<double>(forward_ms) : std::nullopt);
-    if (o.check) {
-      w.field("heads_checked", static_cast<uint64_t>(check.heads.size()));
-      w.field("max_abs_err_dq", check.dq.max_abs_err).field("max_abs_err_dk", check.dk.max_abs_err);
-      w.field("max_abs_err_dv", check.dv.max_abs_err);
+    fa::DType dtype;
+    if (!fa::parse_dtype(o.dtype, &dtype)) {
+      throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp32, fp16, bf16)");
     }
-    w.field("result", verdict).end_object();
-    std::cout << "\n";
-  } else if (o.brief) {
-    std::cout << summary << "\n";
-  } else {
-    const auto line = [](const std::string& key, const std::string& value) {
-      std::cout << "  " << key << std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') << value << "\n";
+    if (dtype != fa::DType::F32) {
+      throw fa::InputError(std::string("stage 10_backward runs in fp32 only, not ") + fa::dtype_name(dtype));
+    }
+    if (!o.load_dir.empty()) {
+      for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
+        if (a.given(f)) throw fa::UsageError(std::string("--") + f + " cannot be combined with --load");
+      }
+    } else {
+      p_ = fa::make_problem(o.batch, o.heads, o.seq_q, o.seq_kv, o.dim, o.scale, o.causal);
+    }
+    return std::nullopt;
+  }
+
+  fa::DemoFootprint footprint(const fa::DeviceInfo& device) override {
+    if (!opt_.load_dir.empty()) {  // Q, K, V and dO from the files; the shape comes from them
+      in_ = fa::load_npy_inputs(opt_.load_dir, opt_.scale, opt_.causal, &p_);
+      fa::NpyArray g = fa::load_npy(opt_.load_dir + "/do.npy");
+      if (g.shape != std::vector<int64_t>{p_.batch, p_.heads, p_.seq_q, p_.dim}) {
+        throw fa::InputError("do.npy must have the shape of q.npy");
+      }
+      d_o_ = std::move(g.data);
+    }
+    // Q, O, dO, dQ are [B, H, Nq, d]; K, V, dK, dV [B, H, Nkv, d]; the lse and D one float a row.
+    const std::size_t tensors = 4 * static_cast<std::size_t>(p_.q_elems() + p_.kv_elems()) * sizeof(float);
+    const std::size_t rows = static_cast<std::size_t>(p_.rows()) * sizeof(float) + fa::backward::workspace_bytes(p_);
+    fa::DemoFootprint f;
+    f.shape = fa::describe(p_);
+    f.device_bytes = tensors + rows;
+    f.what = "Q, K, V, O, dO, dQ, dK, dV " + fa::format_bytes(static_cast<double>(tensors)) + " + lse and D " +
+             fa::format_bytes(static_cast<double>(rows));
+    f.plan = "storing P would add " + fa::format_bytes(stored_p_bytes());
+    // The backward passes (one checked, then warm-up and timed) and the forward passes
+    // (one, and as many again timed with --compare), at the forward's conservative rate.
+    const double rate = fa::conservative_flops_per_second(device);
+    const int64_t runs = 1 + opt_.warmup + opt_.repeats;
+    const double flops = static_cast<double>(runs) * fa::backward::flops(p_) +
+                         static_cast<double>(opt_.compare ? 1 + runs : 1) * p_.flops();
+    f.estimate_s = flops / rate;
+    f.estimate_basis = std::to_string(runs) + " backward passes of " + fixed(fa::backward::flops(p_), 0) +
+                       " FLOP at a conservative " + fixed(rate / 1e9, 2) + " GFLOP/s for this device";
+    f.shorter = "--repeats 1 --warmup 0, or a smaller --seq-q, --seq-kv, --batch or --heads.";
+    return f;
+  }
+
+  fa::RunReport run(const fa::DeviceInfo& device) override {
+    if (opt_.load_dir.empty()) {
+      in_ = fa::random_inputs(p_, opt_.seed, static_cast<float>(opt_.magnitude));
+      d_o_ = fa::random_output_gradient(p_, opt_.seed);
+    }
+    const fa::DeviceBuffer<float> q(in_.q), k(in_.k), v(in_.v), g(d_o_);
+    fa::DeviceBuffer<float> out(static_cast<std::size_t>(p_.q_elems())), lse(static_cast<std::size_t>(p_.rows()));
+    fa::DeviceBuffer<float> dq(static_cast<std::size_t>(p_.q_elems())), dk(static_cast<std::size_t>(p_.kv_elems())),
+        dv(static_cast<std::size_t>(p_.kv_elems()));
+    const std::size_t workspace = fa::backward::workspace_bytes(p_);
+    fa::DeviceBuffer<unsigned char> ws(workspace);
+
+    // The forward pass that training runs first: O and the lse the backward pass starts from.
+    const auto forward = [&] { fa::flash2::attention(p_, q.data(), k.data(), v.data(), out.data(), lse.data()); };
+    forward();
+    for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(fa::kPoisonByte);  // never written stays NaN and fails
+    const auto backward = [&] {
+      backward_(p_, {q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), dq.data(), dk.data(), dv.data()},
+                ws.data());
     };
-    std::cout << "stage " << name << ": the backward pass, P recomputed from the log-sum-exp\n";
-    line("device", cpu ? device.name + " (CPU backend: timings are not GPU performance)"
-                       : device.name + " (" + std::to_string(device.sm_count) + " SMs)");
-    line("shape", fa::describe(p));
-    line("tiles", "Bc = " + std::to_string(fa::backward::Bc) + " key rows a block, Br = " +
-                      std::to_string(fa::backward::Br) + " query rows a step; " +
-                      fa::format_bytes(static_cast<double>(fa::backward::shared_bytes(p.dim))) +
-                      " of shared memory per block");
-    line("memory", "D " + fa::format_bytes(static_cast<double>(workspace)) + " beyond the tensors; storing P would need " +
-                       fa::format_bytes(p_bytes));
-    line("IO model", fa::format_bytes(fa::backward::hbm_bytes_model(p)) + " of HBM traffic per backward pass");
-    line("time", "median " + fixed(ms, 3) + " ms over " + std::to_string(o.repeats) + " runs (" +
-                     std::to_string(o.warmup) + " warm-up)" + (cpu ? " on the CPU backend" : ", " + fixed(tflops, 2) +
-                     " TFLOP/s counting 2.5x the forward's FLOPs"));
-    if (o.compare) {
-      line("compare", "forward pass (stage 05) on the same inputs: " + fixed(forward_ms, 3) + " ms; the backward pass takes " +
-                          fixed(ms / forward_ms, 2) + "x as long");
+    backward();
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    const fa::AttentionGradients<float> got{dq.download(), dk.download(), dv.download()};
+
+    fa::RunReport r;
+    r.stage = opt_.variant.empty() ? id() : id() + ":" + opt_.variant;
+    r.title = "the backward pass, P recomputed from the log-sum-exp";
+    r.device = device;
+    r.shape = fa::describe(p_);
+    r.dtype = p_.dtype;
+    r.fields = fa::problem_fields(p_);
+    r.fields.push_back({"flops", fa::backward::flops(p_)});
+    r.fields.push_back({"stored_p_bytes", static_cast<int64_t>(stored_p_bytes())});
+    r.workspace_bytes = workspace;
+    r.hbm_model_bytes = fa::backward::hbm_bytes_model(p_);
+    if (!variant_.empty()) r.notes.push_back({"variant", variant_});
+    r.notes.push_back({"tiles", "Bc = " + std::to_string(fa::backward::Bc) + " key rows a block, Br = " +
+                                    std::to_string(fa::backward::Br) + " query rows a step; " +
+                                    fa::format_bytes(static_cast<double>(fa::backward::shared_bytes(p_.dim))) +
+                                    " of shared memory per block"});
+    r.notes.push_back({"memory", "the workspace holds D, one float a query row; storing P would need " +
+                                     fa::format_bytes(stored_p_bytes())});
+    if (opt_.check) {
+      const fa::GradientCheck check =
+          fa::check_attention_backward(p_, in_, d_o_, got, fa::sample_indices(p_.batch_heads(), check_heads_));
+      r.checked = true;
+      r.checked_what = std::to_string(check.heads.size()) + " of " + std::to_string(p_.batch_heads()) + " heads, whole,";
+      r.checked_count = {"heads_checked", static_cast<int64_t>(check.heads.size())};
+      r.checks.push_back({"dQ", check.dq, fa::gradient_namer(p_, check.heads, "dQ")});
+      r.checks.push_back({"dK", check.dk, fa::gradient_namer(p_, check.heads, "dK")});
+      r.checks.push_back({"dV", check.dv, fa::gradient_namer(p_, check.heads, "dV")});
     }
-    if (o.check) {
-      line("check", std::to_string(check.heads.size()) + " of " + std::to_string(p.batch_heads()) +
-                        " heads, whole, against the float64 CPU reference");
-      line("dQ", fa::describe(check.dq, fa::gradient_namer(p, check.heads, "dQ")));
-      line("dK", fa::describe(check.dk, fa::gradient_namer(p, check.heads, "dK")));
-      line("dV", fa::describe(check.dv, fa::gradient_namer(p, check.heads, "dV")));
+    if (!opt_.save_dir.empty()) {
+      const std::vector<float> o_host = out.download();
+      fa::save_npy_tensors(opt_.save_dir, p_, {{"q", &in_.q}, {"k", &in_.k}, {"v", &in_.v}, {"o", &o_host},
+                                               {"do", &d_o_}, {"dq", &got.dq}, {"dk", &got.dk}, {"dv", &got.dv}});
     }
-    std::cout << summary << "\n";
+
+    const int warmup = static_cast<int>(opt_.warmup), repeats = static_cast<int>(opt_.repeats);
+    r.median_ms = fa::time_device(backward, warmup, repeats).median_ms();
+    r.warmup = opt_.warmup;
+    r.repeats = opt_.repeats;
+    r.metrics.push_back(fa::rate_metric(device, "tflops", fa::backward::flops(p_) / (r.median_ms * 1e-3) / 1e12,
+                                        "TFLOP/s", "throughput", "(counting 2.5x the forward's FLOPs)", true));
+    if (opt_.compare) {
+      const double forward_ms = fa::time_device(forward, warmup, repeats).median_ms();
+      fa::Metric m;
+      m.key = "forward_ms";
+      m.value = forward_ms;
+      m.unit = "ms";
+      m.label = "forward";
+      m.note = "for stage 05's forward pass on the same inputs: the backward pass takes " +
+               fixed(r.median_ms / forward_ms, 2) + "x as long";
+      m.digits = 3;
+      r.metrics.push_back(m);
+    }
+    return r;
   }
-  return passed ? fa::kExitPassed : fa::kExitCheckFailed;
-}
+
+ private:
+  // What storing P, one float per (row, key) of every head, would take: what this stage does without.
+  double stored_p_bytes() const {
+    return static_cast<double>(p_.batch_heads()) * static_cast<double>(p_.seq_q) * static_cast<double>(p_.seq_kv) *
+           sizeof(float);
+  }
+
+  const std::vector<fa::Variant<fa::backward::BackwardRun>> variants_ = fa::backward::variants();
+  int64_t check_heads_ = 2;  // --check-heads
+  fa::backward::BackwardRun backward_ = fa::backward::attention_backward;  // or a --variant's
+  std::string variant_;      // the --variant's name and summary, if one was given
+  fa::DemoOptions opt_;
+  fa::AttentionProblem p_;
+  fa::AttentionInputs in_;
+  std::vector<float> d_o_;
+};
 
 }  // namespace
 
-/// Runs stage 10's demo; exits 0 when every check passed.
+/// Runs stage 10's demo through the shared driver; exits 0 when every check passed.
 int main(int argc, char** argv) {
-  return fa::run_guarded(argv[0], [&] { return run(argc, argv); });
+  BackwardDemo demo;
+  return fa::run_demo(argc, argv, demo);
 }
