@@ -7,7 +7,7 @@
 #   the demos and fa_bench; ncu on the PATH for the counters, which are left out without it)
 #   Environment: SECTIONS, the lessons to measure (default "01 02 03 04 05"), and APPEND=1 to
 #   add to out-file instead of starting it afresh; COMMIT, the commit to name (default: HEAD).
-#   The whole run takes about 12 minutes on an H100.
+#   The whole run takes about 10 minutes on an H100.
 # Writes out-file (default: lessons_01_05.txt in the current directory): each command after
 # "$ ", then what it printed.
 set -uo pipefail
@@ -35,7 +35,7 @@ ncu_dram() {
   command -v ncu >/dev/null || { say "(ncu not found: $* left out)"; return; }
   say "\$ ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum $*"
   ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum "$bin/$1" "${@:2}" 2>&1 |
-    grep -E "^  [a-zA-Z_].*\(|dram__bytes|gpu__time_duration|ERROR" | tee -a "$out"
+    grep -E "Context [0-9]+, Stream|dram__bytes|gpu__time_duration|==ERROR==" | tee -a "$out"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
   say ""
 }

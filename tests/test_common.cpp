@@ -1,4 +1,5 @@
-// Shared utilities: problem validation, comparison and tolerances, .npy files, the CLI.
+// Shared utilities: problem validation, comparison and tolerances, .npy files, the CLI, the
+// JSON writer and the demos' report.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "common/npy.h"
 #include "common/problem.h"
 #include "common/random.h"
+#include "common/report.h"
 #include "tests/catch.h"
 
 using fa::test::HasSubstring;
@@ -232,4 +234,91 @@ TEST_CASE("the JSON writer refuses what would not be JSON", "[json]") {
   REQUIRE_THROWS_AS(w.end_array(), std::logic_error);
   w.end_object();
   REQUIRE_THROWS_AS(w.end_object(), std::logic_error);
+}
+
+namespace {
+
+// A report of `stage` with one check of `n` elements, `bad` of them out of tolerance.
+fa::RunReport report_with_check(const std::string& stage, const std::string& check, int64_t n, int64_t bad) {
+  fa::RunReport r;
+  r.stage = stage;
+  r.title = "a test";
+  r.device.name = "CPU backend";
+  r.device.backend = "cpu";
+  r.shape = "B=1";
+  r.median_ms = 2.0;
+  r.repeats = 1;
+  r.checked = true;
+  r.checked_what = "1 of 1 heads";
+  r.checked_count = {"heads_checked", 1};
+  fa::Comparison c;
+  c.count = n;
+  c.failures = bad;
+  r.checks.push_back({check, c, [check](int64_t k) { return check + "[" + std::to_string(k) + "]"; }});
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a report fails when any named check fails, its own or a compared stage's", "[report]") {
+  fa::RunReport r = report_with_check("10_backward", "dQ", 8, 0);
+  r.checks.push_back(report_with_check("", "dK", 8, 0).checks.front());
+  REQUIRE(std::string(r.verdict()) == "PASSED");
+  REQUIRE(r.passed());
+  REQUIRE(r.check("dK") != nullptr);
+  REQUIRE(r.check("dV") == nullptr);
+
+  SECTION("one of its checks fails") {
+    r.checks.push_back(report_with_check("", "dV", 8, 3).checks.front());
+    REQUIRE(std::string(r.verdict()) == "FAILED");
+    REQUIRE_FALSE(r.passed());
+  }
+  SECTION("a compared stage fails: this stage's verdict stands, the run fails") {
+    r.compared.push_back(report_with_check("05_flash2", "O", 8, 1));
+    REQUIRE(std::string(r.verdict()) == "PASSED");
+    REQUIRE_FALSE(r.passed());
+    REQUIRE_THAT(fa::summary_line(r), HasSubstring("| 05_flash2: FAILED 2.000 ms"));
+  }
+  SECTION("nothing compared, no element checked: a check of nothing does not pass") {
+    r.checks.push_back(report_with_check("", "lse", 0, 0).checks.front());
+    REQUIRE_FALSE(r.passed());
+  }
+  SECTION("not checked at all") {
+    r.checked = false;
+    r.checks.clear();
+    REQUIRE(std::string(r.verdict()) == "UNCHECKED");
+    REQUIRE(r.passed());
+  }
+}
+
+TEST_CASE("a report's JSON names each check and metric; its text leaves out rates it has none of",
+          "[report]") {
+  fa::RunReport r = report_with_check("09_split_kv_decoding", "O", 4, 0);
+  r.fields = {{"batch", int64_t{3}}, {"causal", true}, {"scale", 0.5}, {"plan", std::string("8 splits")}};
+  fa::Metric rate;
+  rate.key = "tbps";
+  rate.unit = "TB/s";
+  rate.label = "bandwidth";
+  rate.headline = true;  // no value: the CPU backend
+  fa::Metric other = rate;
+  other.key = "forward_ms";
+  other.value = 1.5;
+  other.unit = "ms";
+  other.label = "forward";
+  other.headline = false;
+  r.metrics = {rate, other};
+  r.notes = {{"plan", "16 rows a block"}};
+  std::ostringstream json;
+  fa::print_report_json(json, r);
+  REQUIRE_THAT(json.str(), HasSubstring("\"batch\":3,\"causal\":true,\"scale\":0.5,\"plan\":\"8 splits\""));
+  REQUIRE_THAT(json.str(), HasSubstring("\"tbps\":null,\"forward_ms\":1.5"));
+  REQUIRE_THAT(json.str(), HasSubstring("\"notes\":{\"plan\":\"16 rows a block\"}"));
+  REQUIRE_THAT(json.str(), HasSubstring("\"heads_checked\":1,\"checks\":{\"O\":{\"max_abs_err\":0,"));
+  REQUIRE_THAT(json.str(), HasSubstring("\"failures\":0,\"passed\":true}},\"result\":\"PASSED\"}"));
+  std::ostringstream text;
+  fa::print_report(text, r);
+  REQUIRE_THAT(text.str(), HasSubstring("  forward     1.50 ms\n"));  // its digits: 2
+  REQUIRE(text.str().find("bandwidth") == std::string::npos);
+  REQUIRE_THAT(text.str(), HasSubstring("  check       1 of 1 heads against the float64 CPU reference\n  O           "));
+  REQUIRE_THAT(fa::summary_line(r), HasSubstring("09_split_kv_decoding: PASSED  2.000 ms  [B=1]  [CPU backend]"));
 }

@@ -25,7 +25,7 @@
 #include "common/device.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
-#include "common/json.h"
+#include "common/report.h"
 #include "common/random.h"
 #include "common/reference.h"
 #include "common/timer.h"
