@@ -93,8 +93,9 @@ struct DemoOptions {
 DemoOptions default_demo_options(bool cpu_backend);
 
 /// Registers the shared demo flags on a parser, but those named in `leave_out` ("load"):
-/// a demo that is not driven by run_stage_demo() takes the flags that apply to it, rewords
-/// what it must (ArgParser::reword) and adds its own.
+/// the demo driver (run_demo() in demo.h) calls it with the flags a demo leaves out
+/// (Demo::left_out_flags()); the demo then rewords what it must (ArgParser::reword) and adds
+/// its own (Demo::add_flags()).
 void add_demo_options(ArgParser& parser, DemoOptions& options, const std::vector<std::string>& leave_out = {});
 
 }  // namespace fa

@@ -57,8 +57,9 @@ inline StageResult run_and_check(const AttentionProblem& p, const StageFn& stage
 /// REQUIREs that the check passed, printing the figures and first mismatches if not.
 inline void require_passed(const AttentionProblem& p, const StageResult& r) {
   INFO(describe(p));
-  INFO(describe(r.check.o, output_namer(p, r.check.rows)));
-  if (r.check.has_lse) INFO(describe(r.check.lse, row_namer(p, r.check.rows, "lse")));
+  INFO("O: " << describe(r.check.o, output_namer(p, r.check.rows)));
+  // (An INFO lasts until the end of its scope: under an `if` it would be gone by the REQUIRE.)
+  INFO((r.check.has_lse ? "lse: " + describe(r.check.lse, row_namer(p, r.check.rows, "lse")) : "lse: not checked"));
   REQUIRE(r.check.passed());
 }
 

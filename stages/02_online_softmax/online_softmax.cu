@@ -28,6 +28,8 @@ constexpr int WARPS = THREADS / 32;    ///< warps per row
 
 /// Merges every thread's (m, l) into the row's (m, l); every thread gets the result.
 __device__ Stats block_merge(Stats s, Stats* scratch /* [WARPS] */) {
+  // exercise 02-block-merge: merge every thread's (m, l) into the row's: within each warp by shuffles, then across warps
+  //   stub: return s;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int offset = 16; offset > 0; offset /= 2) {  // within each warp, by shuffles
     const Stats other{__shfl_xor_sync(0xffffffffu, s.m, offset), __shfl_xor_sync(0xffffffffu, s.l, offset)};
@@ -39,6 +41,7 @@ __device__ Stats block_merge(Stats s, Stats* scratch /* [WARPS] */) {
   for (int w = 1; w < WARPS; ++w) s = merge(s, scratch[w]);
   __syncthreads();  // scratch is reused by the next row
   return s;
+  // end exercise 02-block-merge
 }
 
 /// One block per row (grid-stride over rows): sweep 1 finds m and l, sweep 2 writes p.
@@ -60,10 +63,12 @@ __global__ void online_softmax_kernel(const float* in, float* out, float* m_out,
     }
 
     // Sweep 2: normalise. An all −inf row has l = 0 and gets zeros, not NaN.
+    // exercise 02-normalise: sweep 2: p[j] = exp(x[j] - m) / l over this thread's share of the row (zeros if l = 0)
     const float inv_l = s.l > 0.0f ? 1.0f / s.l : 0.0f;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       p[j] = s.l > 0.0f ? expf(x[j] - s.m) * inv_l : 0.0f;
     }
+    // end exercise 02-normalise
   }
 }
 

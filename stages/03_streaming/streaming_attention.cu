@@ -62,6 +62,8 @@ __global__ void streaming_attention_kernel(const float* Q, const float* K, const
       const float4 k = k4[c];
       s += q[4 * c] * k.x + q[4 * c + 1] * k.y + q[4 * c + 2] * k.z + q[4 * c + 3] * k.w;
     }
+    // exercise 03-rescale: fold key j into m, l and acc, acc rescaled by alpha = exp(m - m_new)
+    //   stub: (void)s;
     const float m_new = fmaxf(m, s);
     const float alpha = expf(m - m_new);  // exp(−inf) = 0 on the first key
     const float p = expf(s - m_new);
@@ -75,11 +77,14 @@ __global__ void streaming_attention_kernel(const float* Q, const float* K, const
       acc[4 * c + 3] = alpha * acc[4 * c + 3] + p * v.w;
     }
     m = m_new;
+    // end exercise 03-rescale
   }
 
+  // exercise 03-finalise: write this row of O (acc / l) and its log-sum-exp
   const float inv_l = 1.0f / l;  // l >= 1: the max's own term is exp(0)
   for (int c = 0; c < D; ++c) O[r * D + c] = acc[c] * inv_l;
   if (lse) lse[r] = m + logf(l);
+  // end exercise 03-finalise
 }
 
 namespace {

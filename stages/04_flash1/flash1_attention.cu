@@ -149,6 +149,8 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
 
       // Tile statistics m̃, l̃ and P̃ = exp(S − m̃); masked scores (past Nkv, or above the
       // causal diagonal) are −inf and contribute exp(−inf) = 0.
+      // exercise 04-tile-stats: the tile's m~ and l~ of this thread's rows (masked scores -inf) and P~ = exp(S - m~) into Ps
+      //   stub: float m_tile[ROWS] = {}, l_tile[ROWS] = {};
       float m_tile[ROWS], l_tile[ROWS];
       for (int ii = 0; ii < ROWS; ++ii) {
         const int64_t row = i0 + ROWS * ty + ii;
@@ -167,6 +169,7 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
         }
         l_tile[ii] = row_sum(sum);
       }
+      // end exercise 04-tile-stats
       FA_TRACE(rows(j0, i0, i0 + ROWS * ty, "m_tile", m_tile));
       FA_TRACE(rows(j0, i0, i0 + ROWS * ty, "l_tile", l_tile));
       __syncthreads();  // P̃ complete before anyone multiplies it by V_j
@@ -182,6 +185,7 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
       }
 
       // Combine with the running state and write it back to HBM (Algorithm 1, steps 12-13).
+      // exercise 04-write-back: combine the tile with the m, l and O read from HBM and write all three back (steps 12-13)
       for (int ii = 0; ii < ROWS; ++ii) {
         const int r = ROWS * ty + ii;
         if (r >= q_valid) continue;
@@ -200,6 +204,7 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
           lh[i0 + r] = l_new;
         }
       }
+      // end exercise 04-write-back
       __syncthreads();  // everyone is done with the tiles before the next Q tile, or the next K/V tile, overwrites them
       FA_TRACE(step(j0, i0));
       FA_TRACE(store("O, m, l", i0, q_valid));  // O was read here too, row by row, just before

@@ -174,8 +174,10 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
     __syncwarp();
 
     // O = alpha·O + P·V_j: this thread's 4 rows × D/16 columns, kept in registers.
+    // exercise 05-rescale-o: rescale each row of the accumulated O by its alpha before this tile's P*V is added
     for (int ii = 0; ii < ROWS; ++ii)
       for (int cc = 0; cc < D / TX; ++cc) o_acc[ii][cc] *= alpha[ii];
+    // end exercise 05-rescale-o
     for (int j = 0; j < Bc; ++j) {
       float p[ROWS], v[D / TX];
       for (int ii = 0; ii < ROWS; ++ii) p[ii] = Ps[(ROWS * ty + ii) * L::PS + j];
@@ -189,6 +191,7 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
   }
 
   // Divide by l once, and write O and the log-sum-exp: the only writes to HBM.
+  // exercise 05-normalise: divide each row of O by l once, write it, and write its log-sum-exp in natural units
   for (int ii = 0; ii < ROWS; ++ii) {
     const int r = ROWS * ty + ii;
     if (r >= q_valid) continue;
@@ -198,6 +201,7 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
     // Back to natural units: ln(l·2^m) = (m + log2 l)·ln 2.
     if (lse && tx == 0) lse[bh * seq_q + i0 + r] = (m_run[ii] + log2f(l_run[ii])) * 0.6931471805599453f;
   }
+  // end exercise 05-normalise
   FA_TRACE(store(lse ? "O, lse" : "O", i0, q_valid));
 }
 

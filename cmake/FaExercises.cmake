@@ -1,0 +1,98 @@
+# The exercises: a learner's copy of a stage's kernel with one marked piece taken out
+# (stages/<id>/exercises/<name>.cu), graded on the CPU backend by the stage's exercise tests.
+#
+# fa_add_exercise(<id> <name> KERNEL <file.cu> TESTS <test.cpp> [DEPENDS <id>...] [SOURCES <host.cpp>...])
+#   <name>          the exercise, as marked in KERNEL ("// exercise <name>: ..." to
+#                   "// end exercise <name>", see tests/exercise_stub.cpp)
+#   TESTS           the stage's exercise tests; the exercise runs those tagged [<name>]
+#   DEPENDS         stages whose CPU libraries the kernel needs
+#   SOURCES         host files of the stage the tests need besides the kernel
+# makes (none built by default: the grader builds each, so that a copy that does not
+# compile breaks nothing else)
+#   exercise_<name>            the tests built on the learner's copy
+#   exercises_<id>_solution    the same tests on the stage's own kernel (one per stage)
+#   exercises_check            all of them, and each copy as the markers give it now
+# With FA_EXERCISES_GRADE (`cmake --workflow --preset exercises`) the test grade_exercises
+# (label grade) grades the copies with cmake/grade.cmake. With FA_EXERCISES_CHECK (what CI
+# runs: `cmake --workflow --preset exercises-check`),
+# the tests that keep the exercises honest, label "honesty": each committed copy is exactly
+# what the kernel's markers give, each copy as shipped fails its tests, and the stage's own
+# kernel, the solution, passes them.
+# `cmake --build <dir> --target update_exercise_stubs` rewrites the committed copies from
+# the kernels, for after a kernel changes.
+option(FA_EXERCISES_CHECK "Build every exercise and test that its copy fails and its solution passes" OFF)
+option(FA_EXERCISES_GRADE "Add the test that grades the learner's copies (label grade)" OFF)
+
+add_executable(fa_exercise_stub ${PROJECT_SOURCE_DIR}/tests/exercise_stub.cpp)
+add_custom_target(update_exercise_stubs)
+add_custom_target(exercises_check)  # what the honesty tests run
+set_property(GLOBAL PROPERTY FA_EXERCISE_LIST "")
+
+function(fa_add_exercise id name)
+  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "KERNEL;TESTS" "DEPENDS;SOURCES")
+  if(NOT FA_HAVE_CPU_BACKEND)
+    return()
+  endif()
+  set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
+  set(copy ${CMAKE_CURRENT_SOURCE_DIR}/exercises/${name}.cu)  # the learner's
+  set(fresh ${CMAKE_CURRENT_BINARY_DIR}/exercises/${name}.cu)  # what the markers give now
+  add_custom_command(OUTPUT ${fresh}
+    COMMAND fa_exercise_stub ${kernel} ${name} ${fresh}
+    DEPENDS ${kernel} fa_exercise_stub
+    COMMENT "Exercise ${name}: the copy from ${ARG_KERNEL}'s markers")
+  add_custom_target(exercise_${name}_fresh DEPENDS ${fresh})
+  add_custom_target(update_exercise_${name}
+    COMMAND ${CMAKE_COMMAND} -E copy ${fresh} ${copy}
+    DEPENDS ${fresh})
+  add_dependencies(update_exercise_stubs update_exercise_${name})
+
+  set(deps "")
+  foreach(dep IN LISTS ARG_DEPENDS)
+    list(APPEND deps fa_stage${dep}_cpu)
+  endforeach()
+  fa_cpu_kernel_library(exercise_${name}_kernel ${copy})
+  target_sources(exercise_${name}_kernel PRIVATE ${ARG_SOURCES})
+  target_link_libraries(exercise_${name}_kernel PUBLIC ${deps})
+  add_executable(exercise_${name} ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_TESTS} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+  target_link_libraries(exercise_${name} PRIVATE exercise_${name}_kernel fa_catch_session)
+  target_include_directories(exercise_${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  set_target_properties(exercise_${name}_kernel exercise_${name} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+  set_property(GLOBAL APPEND PROPERTY FA_EXERCISE_LIST "${id}|${name}|${copy}")
+
+  # The stage's own kernel on the same tests: the solution, which must pass.
+  set(solution exercises_${id}_solution)
+  if(NOT TARGET ${solution})
+    add_executable(${solution} ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_TESTS} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+    target_link_libraries(${solution} PRIVATE fa_stage${id}_cpu fa_catch_session)
+    target_include_directories(${solution} PRIVATE ${PROJECT_SOURCE_DIR})
+    set_target_properties(${solution} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    add_dependencies(exercises_check ${solution})
+    if(FA_EXERCISES_CHECK)
+      add_test(NAME ${solution} COMMAND ${solution})
+      set_tests_properties(${solution} PROPERTIES LABELS honesty TIMEOUT 600)
+    endif()
+  endif()
+
+  add_dependencies(exercises_check exercise_${name} exercise_${name}_fresh)
+  if(FA_EXERCISES_CHECK)
+    add_test(NAME exercise_${name}_copy_is_current
+             COMMAND ${CMAKE_COMMAND} -E compare_files ${fresh} ${copy})
+    add_test(NAME exercise_${name}_copy_fails
+             COMMAND ${CMAKE_COMMAND} -DEXPECT_EXIT=nonzero "-DEXPECT_OUTPUT=test cases?:.*failed"
+                     -P ${PROJECT_SOURCE_DIR}/cmake/expect.cmake -- $<TARGET_FILE:exercise_${name}> "[${name}]")
+    set_tests_properties(exercise_${name}_copy_is_current exercise_${name}_copy_fails PROPERTIES
+                         LABELS honesty TIMEOUT 600)
+  endif()
+endfunction()
+
+# After every stage: the list the grader reads, and the grading test (label "grade").
+function(fa_finish_exercises)
+  get_property(list GLOBAL PROPERTY FA_EXERCISE_LIST)
+  string(REPLACE ";" "\n" text "${list}")
+  file(WRITE ${PROJECT_BINARY_DIR}/exercises.txt "${text}\n")
+  if(list AND FA_EXERCISES_GRADE)
+    add_test(NAME grade_exercises
+             COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${PROJECT_BINARY_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/grade.cmake)
+    set_tests_properties(grade_exercises PROPERTIES LABELS grade TIMEOUT 3600)
+  endif()
+endfunction()
