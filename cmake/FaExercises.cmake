@@ -1,5 +1,6 @@
-# The exercises: a learner's copy of a stage's kernel with one marked piece taken out
-# (stages/<id>/exercises/<name>.cu), graded on the CPU backend by the stage's exercise tests.
+# The exercises: a learner's copy of a stage's kernel with one marked piece taken out, or
+# with a bug put in (stages/<id>/exercises/<name>.cu), graded on the CPU backend by the
+# stage's exercise tests.
 #
 # fa_add_exercise(<id> <name> KERNEL <file.cu> TESTS <test.cpp> [DEPENDS <id>...] [SOURCES <host.cpp>...])
 #   <name>          the exercise, as marked in KERNEL ("// exercise <name>: ..." to
@@ -34,12 +35,48 @@ function(fa_add_exercise id name)
     return()
   endif()
   set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
-  set(copy ${CMAKE_CURRENT_SOURCE_DIR}/exercises/${name}.cu)  # the learner's
   set(fresh ${CMAKE_CURRENT_BINARY_DIR}/exercises/${name}.cu)  # what the markers give now
   add_custom_command(OUTPUT ${fresh}
     COMMAND fa_exercise_stub ${kernel} ${name} ${fresh}
     DEPENDS ${kernel} fa_exercise_stub
     COMMENT "Exercise ${name}: the copy from ${ARG_KERNEL}'s markers")
+  fa_exercise_targets(${id} ${name} ${fresh} TESTS ${ARG_TESTS} DEPENDS ${ARG_DEPENDS} SOURCES ${ARG_SOURCES})
+endfunction()
+
+# fa_add_bug_exercise(<id> <name> KERNEL <file.cu> RIGHT <text> WRONG <text> TESTS <test.cpp>
+#                     [DEPENDS <id>...] [SOURCES <host.cpp>...])
+# A find-the-bug exercise: a copy of KERNEL with the text RIGHT (which must occur exactly
+# once) replaced by WRONG, and a first line "// BUG(exercise <name>): ..." that the learner
+# deletes once the bug is fixed. The failing tests are the only clue.
+function(fa_add_bug_exercise id name)
+  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "KERNEL;RIGHT;WRONG;TESTS" "DEPENDS;SOURCES")
+  if(NOT FA_HAVE_CPU_BACKEND)
+    return()
+  endif()
+  set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${kernel})
+  file(READ ${kernel} source)
+  string(REPLACE "${ARG_RIGHT}" "" without "${source}")
+  string(LENGTH "${source}" n_source)
+  string(LENGTH "${without}" n_without)
+  string(LENGTH "${ARG_RIGHT}" n_right)
+  math(EXPR times "(${n_source} - ${n_without}) / ${n_right}")
+  if(NOT times EQUAL 1)
+    message(FATAL_ERROR "exercise ${name}: ${ARG_KERNEL} contains '${ARG_RIGHT}' ${times} times, not once")
+  endif()
+  string(REPLACE "${ARG_RIGHT}" "${ARG_WRONG}" source "${source}")
+  set(fresh ${CMAKE_CURRENT_BINARY_DIR}/exercises/${name}.cu)
+  file(WRITE ${fresh}.tmp "// BUG(exercise ${name}): this copy of ${ARG_KERNEL} differs from a correct kernel in one \
+place, and the tests of exercise ${name} fail. Find it, fix it, then delete this line.\n${source}")
+  configure_file(${fresh}.tmp ${fresh} COPYONLY)  # rewritten only when it changes
+  fa_exercise_targets(${id} ${name} ${fresh} TESTS ${ARG_TESTS} DEPENDS ${ARG_DEPENDS} SOURCES ${ARG_SOURCES})
+endfunction()
+
+# What every exercise has: the learner's copy stages/<id>/exercises/<name>.cu, built on its
+# tests; the stage's solution; the targets that update and check the copy against `fresh`.
+function(fa_exercise_targets id name fresh)
+  cmake_parse_arguments(PARSE_ARGV 3 ARG "" "TESTS" "DEPENDS;SOURCES")
+  set(copy ${CMAKE_CURRENT_SOURCE_DIR}/exercises/${name}.cu)  # the learner's
   add_custom_target(exercise_${name}_fresh DEPENDS ${fresh})
   add_custom_target(update_exercise_${name}
     COMMAND ${CMAKE_COMMAND} -E copy ${fresh} ${copy}

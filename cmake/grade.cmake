@@ -1,7 +1,8 @@
 # cmake -DBUILD_DIR=<dir> [-DONLY=<name>] -P grade.cmake
 # Grades the exercises of a configured build (<dir>/exercises.txt lists them): for each, in
 # stage order,
-#   todo     the learner's copy still has its "TODO(exercise NAME)": nothing is built
+#   todo     the learner's copy still has its "TODO(exercise NAME)" (or, for a find-the-bug
+#            exercise, its first line "BUG(exercise NAME)"): nothing is built
 #   passes   it builds, and its tests (tagged [NAME]) pass on the CPU backend
 #   fails    it does not build, or a test fails: the first compiler error or failed check
 # Prints a table, writes <dir>/grades.csv (exercise,stage,status,detail) and exits 0: a
@@ -12,6 +13,21 @@ endif()
 # The first failure in a test binary's output, in one line: the shape, the output that
 # failed ("lse"), its first wrong element; or, when no check failed, the first error.
 function(first_failure out result)
+  get_filename_component(root "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/.." ABSOLUTE)
+  string(REPLACE "${root}/" "" out "${out}")
+  # A kernel that faulted (a race, a deadlock, an access out of bounds): the fault's report.
+  string(FIND "${out}" "unexpected exception with message:\n" at)
+  if(NOT at EQUAL -1)
+    math(EXPR at "${at} + 35")
+    string(SUBSTRING "${out}" ${at} 1000 report)
+    string(FIND "${report}" "\n\n" end)
+    string(SUBSTRING "${report}" 0 ${end} report)
+    string(REGEX REPLACE "[ \n]+" " " report "${report}")
+    string(REPLACE "/ " "/" report "${report}")  # a path Catch2 wrapped at a slash
+    string(STRIP "${report}" report)
+    set(${result} "${report}" PARENT_SCOPE)
+    return()
+  endif()
   string(FIND "${out}" "with messages:" at)
   if(at EQUAL -1)
     string(REGEX MATCH "[^\n]*(error|fault|deadlock|FAILED)[^\n]*" line "${out}")
@@ -70,10 +86,14 @@ foreach(entry IN LISTS entries)
   file(RELATIVE_PATH where "${CMAKE_CURRENT_LIST_DIR}/.." "${copy}")
   file(READ "${copy}" text)
   string(FIND "${text}" "TODO(exercise ${name})" todo)
+  string(FIND "${text}" "BUG(exercise ${name})" bug)
   set(detail "")
   if(todo GREATER -1)
     set(status todo)
     set(detail "${where}: write the part marked TODO(exercise ${name})")
+  elseif(bug GREATER -1)
+    set(status todo)
+    set(detail "${where}: find the bug, fix it, delete the line BUG(exercise ${name})")
   else()
     execute_process(COMMAND ${CMAKE_COMMAND} --build "${BUILD_DIR}" --target exercise_${name}
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)

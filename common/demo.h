@@ -104,6 +104,20 @@ const Variant<Run>& find_variant(const std::vector<Variant<Run>>& variants, cons
                    (list.empty() ? std::string(" (it has none)") : " (its variants: " + list + ")"));
 }
 
+/**
+ * What runs for `--variant name` of `stage`: `finished` when `name` is empty, else that
+ * variant's run, with "name: summary" in *note for the report.
+ * \throws UsageError naming the stage's variants if it has none called `name`.
+ */
+template <typename Run>
+Run pick_variant(const std::vector<Variant<Run>>& variants, const std::string& name, const std::string& stage,
+                 Run finished, std::string* note) {
+  if (name.empty()) return finished;
+  const Variant<Run>& v = find_variant(variants, name, stage);
+  *note = v.name + ": " + v.summary;
+  return v.run;
+}
+
 /// What a stage tells the driver about itself.
 struct StageDemo {
   std::string id;     ///< "01_naive": the stage's folder name

@@ -108,11 +108,7 @@ class DecodeDemo final : public fa::Demo {
 
   std::optional<int> setup(const fa::DemoOptions& o, const fa::ArgParser& a) override {
     opt_ = o;
-    if (!o.variant.empty()) {
-      const auto& v = fa::find_variant(variants_, o.variant, id());
-      decoder_ = v.run;
-      variant_ = v.name + ": " + v.summary;
-    }
+    decoder_ = fa::pick_variant(variants_, o.variant, id(), decoder_, &variant_);
     fa::DType dtype;
     if (!fa::parse_dtype(o.dtype, &dtype)) {
       throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp16, bf16, fp32)");

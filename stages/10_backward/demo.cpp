@@ -69,11 +69,7 @@ class BackwardDemo final : public fa::Demo {
 
   std::optional<int> setup(const fa::DemoOptions& o, const fa::ArgParser& a) override {
     opt_ = o;
-    if (!o.variant.empty()) {
-      const auto& v = fa::find_variant(variants_, o.variant, id());
-      backward_ = v.run;
-      variant_ = v.name + ": " + v.summary;
-    }
+    backward_ = fa::pick_variant(variants_, o.variant, id(), backward_, &variant_);
     fa::DType dtype;
     if (!fa::parse_dtype(o.dtype, &dtype)) {
       throw fa::UsageError("--dtype: unknown type '" + o.dtype + "' (the types: fp32, fp16, bf16)");

@@ -21,3 +21,5 @@ void attention_battery() {
 TEST_CASE("03-rescale: each key folded into m, l and the accumulator", "[03-rescale]") { attention_battery(); }
 
 TEST_CASE("03-finalise: O divided by l, and the log-sum-exp", "[03-finalise]") { attention_battery(); }
+
+TEST_CASE("03-bug: find the bug", "[03-bug]") { attention_battery(); }

@@ -33,3 +33,5 @@ void attention_battery() { fa::test::check_attention_stage(run_flash1, /*with_ls
 TEST_CASE("04-tile-stats: each tile's m~, l~ and P~", "[04-tile-stats]") { attention_battery(); }
 
 TEST_CASE("04-write-back: m, l and O combined and written back to HBM", "[04-write-back]") { attention_battery(); }
+
+TEST_CASE("04-bug: find the bug", "[04-bug]") { attention_battery(); }

@@ -21,3 +21,5 @@ void attention_battery() {
 TEST_CASE("05-rescale-o: the accumulated O rescaled by alpha at every tile", "[05-rescale-o]") { attention_battery(); }
 
 TEST_CASE("05-normalise: O divided by l once, and the log-sum-exp", "[05-normalise]") { attention_battery(); }
+
+TEST_CASE("05-bug: find the bug", "[05-bug]") { attention_battery(); }
