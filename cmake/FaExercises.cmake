@@ -126,7 +126,7 @@ endfunction()
 function(fa_finish_exercises)
   get_property(list GLOBAL PROPERTY FA_EXERCISE_LIST)
   string(REPLACE ";" "\n" text "${list}")
-  file(WRITE ${PROJECT_BINARY_DIR}/exercises.txt "${text}\n")
+  file(WRITE ${PROJECT_BINARY_DIR}/exercises.txt "#source ${PROJECT_SOURCE_DIR}\n${text}\n")
   if(list AND FA_EXERCISES_GRADE)
     add_test(NAME grade_exercises
              COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${PROJECT_BINARY_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/grade.cmake)
