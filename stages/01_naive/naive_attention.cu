@@ -64,6 +64,7 @@ __global__ void tiled_matmul_kernel(const float* A, const float* B, float* C, in
     float acc[ROWS_PER_THREAD] = {};
     for (int64_t k0 = 0; k0 < K; k0 += TILE) {
       // Stage the tiles. Consecutive tx read consecutive addresses (coalesced).
+      // exercise 01-tile-loads: stage the A tile and the op(B) tile in shared memory, zeros past the matrices' edges
       for (int r = ty; r < TILE; r += THREAD_ROWS) {
         const int64_t a_row = row0 + r, a_col = k0 + tx;
         As[r][tx] = (a_row < M && a_col < K) ? Ab[a_row * K + a_col] : 0.0f;
@@ -75,6 +76,7 @@ __global__ void tiled_matmul_kernel(const float* A, const float* B, float* C, in
           Bs[r][tx] = (b_row < K && b_col < N) ? Bb[b_row * N + b_col] : 0.0f;
         }
       }
+      // end exercise 01-tile-loads
       __syncthreads();  // tiles complete before anyone reads them
       for (int kk = 0; kk < TILE; ++kk) {
         const float b_val = Bs[kk][tx];
@@ -135,6 +137,7 @@ __global__ void softmax_rows_kernel(const float* in, float* out, int64_t rows, i
     const float* x = in + row * cols;
     float* p = out + row * cols;
 
+    // exercise 01-softmax: the row's softmax in three sweeps: m, then l, then p = exp(x - m) / l (an all -inf row gets zeros)
     float m = -INFINITY;  // sweep 1: the row max
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[j]);
     m = block_reduce(m, MaxOp{}, scratch);
@@ -150,6 +153,7 @@ __global__ void softmax_rows_kernel(const float* in, float* out, int64_t rows, i
 
     const float inv_l = 1.0f / l;  // sweep 3: normalise (in place is safe: x[j] read before p[j] written)
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) p[j] = expf(x[j] - m) * inv_l;
+    // end exercise 01-softmax
   }
 }
 
