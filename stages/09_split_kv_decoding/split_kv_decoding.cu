@@ -142,12 +142,16 @@ __device__ __forceinline__ float weight(float m_part, float m) {
  */
 __device__ __forceinline__ float merge_parts(int n, const Stats* stats, int64_t stats_stride, const float* acc,
                                              int64_t acc_stride, Stats* total) {
+  // exercise 09-merge: merge n partial results, each (m, l) and an unnormalised O element, into the row's (m, l) and O element
+  //   stub: *total = stats[0];
+  //   stub: return acc[0];
   Stats t = online::empty_stats();
   for (int i = 0; i < n; ++i) t = online::merge(t, stats[i * stats_stride]);
   float o = 0.0f;
   for (int i = 0; i < n; ++i) o += acc[i * acc_stride] * weight(stats[i * stats_stride].m, t.m);
   *total = t;
   return o;
+  // end exercise 09-merge
 }
 
 /// The final row: O = acc / l and lse = m + log l.

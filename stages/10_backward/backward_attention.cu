@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
   if (row >= rows) return;
+  // exercise 10-row-d: D = rowsum(dO * O) for this warp's row (32 lanes, then shuffles), and this row of dQ set to 0
   float sum = 0.0f;
   for (int c = lane; c < D; c += 32) {
     sum += dO[row * D + c] * O[row * D + c];
@@ -214,6 +215,7 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
   }
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) Dvec[row] = sum;
+  // end exercise 10-row-d
 }
 
 /// Kernel 2: one block per (K/V tile, batch·head), flattened into blockIdx.x; Q tiles inner.
@@ -307,6 +309,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     __syncthreads();  // P is in shared memory
 
     // Group 1: dS = P ∘ (dP − D), P read where group 0's thread of the same rank wrote it.
+    // exercise 10-ds: group 1: dS = P * (dP - D) into dSs, for this thread's S_ROWS x S_COLS of the tile (dP is in s)
     if (group == 1) {
       for (int ii = 0; ii < S_ROWS; ++ii) {
         const int r = gy + 8 * ii;
@@ -316,6 +319,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         }
       }
     }
+    // end exercise 10-ds
     __syncthreads();  // dS is in shared memory
 
     // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q_i (group 1, times scale once, at the end).
