@@ -123,6 +123,8 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
   // ldmatrix row addresses, lane by lane (lane 8·i + r gives row r of matrix i):
   // A from Q: matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15),
   //           (rows 8-15, cols 8-15) of the warp's 16 rows: registers a0..a3 in order.
+  // exercise 06-ldmatrix-rows: the row and column of its tile each lane hands ldmatrix, for Q (A), K (B) and V (B, transposed)
+  //   stub: const int a_row = 16 * warp, a_col = 0, k_row = 0, k_col = 0, v_row = 0, v_col = 0;
   const int a_row = 16 * warp + lane % 8 + 8 * (lane / 8 % 2), a_col = 8 * (lane / 16);
   // B from K (keys are B's columns n, d is its k): matrices (keys 0-7, k 0-7), (keys 0-7,
   //           k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15): b0, b1 of two n-tiles.
@@ -130,6 +132,7 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
   // B from V (keys are k, d is n), transposed: matrices (keys 0-7, d 0-7), (keys 8-15,
   //           d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15): b0, b1 of two n-tiles.
   const int v_row = lane % 8 + 8 * (lane / 8 % 2), v_col = 8 * (lane / 16);
+  // end exercise 06-ldmatrix-rows
 
   const int64_t kv_end = causal && i0 + Br < seq_kv ? i0 + Br : seq_kv;  // causal: stop at the diagonal
   for (int64_t j0 = 0; j0 < kv_end; j0 += Bc) {  // ---- the only loop: K/V tiles ----
@@ -160,6 +163,8 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
       const int64_t row = i0 + 16 * warp + g + 8 * h;
       // Below 0 when the whole tile lies above this row's diagonal (possible if Bc < Br).
       const int last = causal ? static_cast<int>(row - j0 < Bc ? row - j0 : Bc) : Bc;
+      // exercise 06-row-max: mask this lane's scores of row g + 8h (its columns of the C fragments) and take the row's new max over its quad
+      //   stub: const float m_new = m_run[h] == -INFINITY ? 0.0f : m_run[h];
       float mx = -INFINITY;
       for (int n = 0; n < Bc / 8; ++n) {
         for (int e = 2 * h; e < 2 * h + 2; ++e) {
@@ -169,6 +174,7 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
         }
       }
       const float m_new = fmaxf(m_run[h], quad_max(mx));
+      // end exercise 06-row-max
       alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);  // 0 on the first tile
       float sum = 0.0f;
       for (int n = 0; n < Bc / 8; ++n) {
