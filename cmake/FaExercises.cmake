@@ -46,25 +46,15 @@ endfunction()
 # fa_add_bug_exercise(<id> <name> KERNEL <file.cu> RIGHT <text> WRONG <text> TESTS <test.cpp>
 #                     [DEPENDS <id>...] [SOURCES <host.cpp>...])
 # A find-the-bug exercise: a copy of KERNEL with the text RIGHT (which must occur exactly
-# once) replaced by WRONG, and a first line "// BUG(exercise <name>): ..." that the learner
+# once) replaced by WRONG and without the variants, as fa_kernel_with_bug() makes it
+# (cmake/FaStage.cmake), and a first line "// BUG(exercise <name>): ..." that the learner
 # deletes once the bug is fixed. The failing tests are the only clue.
 function(fa_add_bug_exercise id name)
   cmake_parse_arguments(PARSE_ARGV 2 ARG "" "KERNEL;RIGHT;WRONG;TESTS" "DEPENDS;SOURCES")
   if(NOT FA_HAVE_CPU_BACKEND)
     return()
   endif()
-  set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${kernel})
-  file(READ ${kernel} source)
-  string(REPLACE "${ARG_RIGHT}" "" without "${source}")
-  string(LENGTH "${source}" n_source)
-  string(LENGTH "${without}" n_without)
-  string(LENGTH "${ARG_RIGHT}" n_right)
-  math(EXPR times "(${n_source} - ${n_without}) / ${n_right}")
-  if(NOT times EQUAL 1)
-    message(FATAL_ERROR "exercise ${name}: ${ARG_KERNEL} contains '${ARG_RIGHT}' ${times} times, not once")
-  endif()
-  string(REPLACE "${ARG_RIGHT}" "${ARG_WRONG}" source "${source}")
+  fa_kernel_with_bug(source KERNEL ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL} RIGHT "${ARG_RIGHT}" WRONG "${ARG_WRONG}")
   set(fresh ${CMAKE_CURRENT_BINARY_DIR}/exercises/${name}.cu)
   file(WRITE ${fresh}.tmp "// BUG(exercise ${name}): this copy of ${ARG_KERNEL} differs from a correct kernel in one \
 place, and the tests of exercise ${name} fail. Find it, fix it, then delete this line.\n${source}")

@@ -95,29 +95,26 @@ function(fa_add_stage id)
   endif()
 endfunction()
 
-# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <text> WRONG <text> [CPU_ONLY])
-#
-# A planted bug for stage <id>'s tests: a copy of KERNEL with the text RIGHT replaced by
-# WRONG and namespace <ns> renamed <ns>::planted, built for each backend (CPU_ONLY: for the
-# CPU backend alone, where the bug shows on every run) as the stage's kernels are, and
-# linked into the stage's test binaries, which must see its checks fail.
-# Configuring fails if RIGHT is no longer in the kernel, so the bug cannot silently stop
-# being planted.
-function(fa_add_planted_copy id)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "CPU_ONLY" "KERNEL;NAMESPACE;RIGHT;WRONG" "")
-  if(NOT FA_BUILD_TESTS)
-    return()
-  endif()
-  set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
-  file(READ ${kernel} source)
-  string(FIND "${source}" "${ARG_RIGHT}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "${ARG_KERNEL} no longer contains '${ARG_RIGHT}': update the planted bug")
+# fa_kernel_with_bug(<out-var> KERNEL <path> RIGHT <text> WRONG <text>)
+# <out-var> gets the text of KERNEL (also a dependency of the configure step) with RIGHT,
+# which must occur in it exactly once, replaced by WRONG, and without the kernel's variants
+# (the function after the comment "// The variants of tuning.h", to the first line that is a
+# lone "}"): those are the real kernel's, and a copy builds only what its tests call.
+# Configuring fails if RIGHT is not there once, so a bug cannot silently stop being planted.
+# Serves the planted copies here and the find-the-bug exercises (cmake/FaExercises.cmake).
+function(fa_kernel_with_bug out)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "KERNEL;RIGHT;WRONG" "")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ARG_KERNEL})
+  file(READ ${ARG_KERNEL} source)
+  string(REPLACE "${ARG_RIGHT}" "" without "${source}")
+  string(LENGTH "${source}" n_source)
+  string(LENGTH "${without}" n_without)
+  string(LENGTH "${ARG_RIGHT}" n_right)
+  math(EXPR times "(${n_source} - ${n_without}) / ${n_right}")
+  if(NOT times EQUAL 1)
+    message(FATAL_ERROR "${ARG_KERNEL} contains '${ARG_RIGHT}' ${times} times, not once: update the planted bug")
   endif()
   string(REPLACE "${ARG_RIGHT}" "${ARG_WRONG}" source "${source}")
-  # A kernel's variants (the function after the comment "// The variants of tuning.h", to the
-  # first line that is a lone "}") are the real kernel's: the copy leaves them out, so that
-  # it builds only what the tests call.
   string(FIND "${source}" "\n// The variants of tuning.h" at)
   if(NOT at EQUAL -1)
     string(SUBSTRING "${source}" 0 ${at} head)
@@ -127,13 +124,29 @@ function(fa_add_planted_copy id)
     string(SUBSTRING "${tail}" ${end} -1 tail)
     set(source "${head}${tail}")
   endif()
+  set(${out} "${source}" PARENT_SCOPE)
+endfunction()
+
+# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <text> WRONG <text> [CPU_ONLY])
+#
+# A planted bug for stage <id>'s tests: a copy of KERNEL with the text RIGHT replaced by
+# WRONG and namespace <ns> renamed <ns>::planted, built for each backend (CPU_ONLY: for the
+# CPU backend alone, where the bug shows on every run) as the stage's kernels are, and
+# linked into the stage's test binaries, which must see its checks fail. The copy is made by
+# fa_kernel_with_bug() above.
+function(fa_add_planted_copy id)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "CPU_ONLY" "KERNEL;NAMESPACE;RIGHT;WRONG" "")
+  if(NOT FA_BUILD_TESTS)
+    return()
+  endif()
+  set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
+  fa_kernel_with_bug(source KERNEL ${kernel} RIGHT "${ARG_RIGHT}" WRONG "${ARG_WRONG}")
   string(REPLACE "namespace ${ARG_NAMESPACE} {" "namespace ${ARG_NAMESPACE}::planted {" source "${source}")
   string(REPLACE "}  // namespace ${ARG_NAMESPACE}" "}  // namespace ${ARG_NAMESPACE}::planted" source "${source}")
   get_filename_component(name ${ARG_KERNEL} NAME_WE)
   set(planted ${CMAKE_CURRENT_BINARY_DIR}/planted/${name}_planted.cu)
   file(WRITE ${planted}.tmp "${source}")
   configure_file(${planted}.tmp ${planted} COPYONLY)  # rewritten only when it changes
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${kernel})
   if(FA_HAVE_CPU_BACKEND)
     get_target_property(no_race fa_stage${id}_cpu FA_NO_RACECHECK)
     fa_cpu_kernel_library(fa_stage${id}_planted_cpu NO_RACECHECK "${no_race}" ${planted})

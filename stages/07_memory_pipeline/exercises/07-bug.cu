@@ -464,11 +464,5 @@ void attention(const AttentionProblem& p, const void* Q, const void* K, const vo
   });
 }
 
-// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage07.sh (a
-// planted copy of this file leaves them out: cmake/FaStage.cmake).
-std::vector<StageVariant> variants() {
-  return std::apply([](auto... s) { return std::vector<StageVariant>{{s.name, s.summary, run_variant<decltype(s)>}...}; },
-                    Variants{});
-}
 
 }  // namespace fa::pipeline

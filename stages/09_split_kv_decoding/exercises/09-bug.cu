@@ -845,12 +845,5 @@ void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const vo
   attention_as<Tuned>(p, plan, Q, K, V, kv_lens, O, lse, workspace);
 }
 
-// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage09.sh (a
-// planted copy of this file leaves them out: cmake/FaStage.cmake).
-std::vector<Variant<Decoder>> variants() {
-  return std::apply([](auto... s) {
-    return std::vector<Variant<Decoder>>{{s.name, s.summary, {make_plan_as<decltype(s)>, attention_as<decltype(s)>}}...};
-  }, Variants{});
-}
 
 }  // namespace fa::decode

@@ -434,11 +434,5 @@ void attention_backward(const AttentionProblem& p, const Tensors& t, void* works
   with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value, Tuned>(p, t, static_cast<float*>(workspace)); });
 }
 
-// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage10.sh (a
-// planted copy of this file leaves them out: cmake/FaStage.cmake).
-std::vector<Variant<BackwardRun>> variants() {
-  return std::apply([](auto... s) { return std::vector<Variant<BackwardRun>>{{s.name, s.summary, run_variant<decltype(s)>}...}; },
-                    Variants{});
-}
 
 }  // namespace fa::backward
