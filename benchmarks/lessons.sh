@@ -5,7 +5,8 @@
 # against the float64 reference; a failed check fails the script.
 # Usage: bash benchmarks/lessons.sh BIN_DIR [out-file]   (BIN_DIR: a GPU build's bin/, with
 #   the demos and fa_bench; ncu on the PATH for the counters, which are left out without it)
-#   Environment: SECTIONS, the lessons to measure (default "01 02 03 04 05"), and APPEND=1 to
+#   Environment: SECTIONS, the lessons to measure (default "01 02 03 04 05 05sparse", the last
+#   stage 05's block-sparse attention), and APPEND=1 to
 #   add to out-file instead of starting it afresh; COMMIT, the commit to name (default: HEAD).
 #   The whole run takes about 10 minutes on an H100.
 # Writes out-file (default: lessons_01_05.txt in the current directory): each command after
@@ -100,5 +101,16 @@ s05() {
   ncu_dram stage05_flash2 --batch 1 --heads 32 --repeats 1 --warmup 0 --no-check
 }
 
-for section in ${SECTIONS:-01 02 03 04 05}; do "s$section"; done
+s05sparse() {
+  say "## Stage 05, block-sparse (--block-density: a random mask keeping that fraction of the 64x64 blocks)"
+  run stage05_flash2 --brief
+  for f in 1 0.5 0.25 0.1 0; do
+    run stage05_flash2 --brief --block-density $f
+  done
+  run stage05_flash2 --brief --causal
+  run stage05_flash2 --brief --causal --block-density 0.5
+  ncu_dram stage05_flash2 --batch 1 --heads 32 --repeats 1 --warmup 0 --no-check --block-density 0.25
+}
+
+for section in ${SECTIONS:-01 02 03 04 05 05sparse}; do "s$section"; done
 [ "$failed" -eq 0 ] || { echo "lessons.sh: a run failed (see $out)" >&2; exit 1; }

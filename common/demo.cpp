@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 
@@ -86,6 +87,16 @@ class ForwardDemo final : public Demo {
     return finished_.variants.empty() ? "" : fa::variant_help(finished_.variants);
   }
 
+  void add_flags(ArgParser& parser) override {
+    if (!finished_.block_sparse) return;
+    const StageDemo::BlockSparse& bs = *finished_.block_sparse;
+    parser.add_real("block-density", &density_,
+                    "block-sparse attention: keep each " + std::to_string(bs.block_q) + "x" +
+                        std::to_string(bs.block_kv) +
+                        " block of the scores with this probability (a random mask from --seed); 1: dense",
+                    0.0, 1.0);
+  }
+
   std::optional<int> setup(const DemoOptions& opt, const ArgParser& parser) override {
     opt_ = opt;
     if (!opt.variant.empty()) stage_ = with_variant(finished_, opt.variant);
@@ -99,6 +110,10 @@ class ForwardDemo final : public Demo {
       stage_.require_dim(p_);
     }
     if (opt.causal && !stage_.supports_causal) throw InputError("stage " + stage_.id + " does not support --causal yet");
+    sparse_ = parser.given("block-density");
+    if (sparse_ && (opt.compare || !opt.variant.empty())) {
+      throw UsageError("--block-density runs the stage's own kernel alone: not with --compare or --variant");
+    }
     return std::nullopt;
   }
 
@@ -135,7 +150,17 @@ class ForwardDemo final : public Demo {
     if (opt_.load_dir.empty()) in_ = random_inputs(p_, opt_.seed, static_cast<float>(opt_.magnitude));
     const DeviceInputs inputs = upload_inputs(in_.q, in_.k, in_.v, p_.dtype);
     std::vector<float> out;
-    RunReport report = measure_stage(stage_, p_, in_, inputs.tensors(), device, opt_, &out);
+    RunReport report;
+    if (sparse_) {  // the same stage, its run given the mask's flags
+      const StageDemo::BlockSparse& bs = *stage_.block_sparse;
+      const BlockMask mask = random_block_mask(p_, bs.block_q, bs.block_kv, density_, opt_.seed);
+      const DeviceBuffer<uint8_t> flags(mask.keep);
+      StageDemo masked = stage_;
+      masked.run = [&](const AttentionProblem& p, const DeviceTensors& t, void*) { bs.run(p, t, flags.data()); };
+      report = measure_stage(masked, p_, in_, inputs.tensors(), device, opt_, &out, &mask);
+    } else {
+      report = measure_stage(stage_, p_, in_, inputs.tensors(), device, opt_, &out);
+    }
     if (!opt_.save_dir.empty()) {
       save_npy_tensors(opt_.save_dir, p_, {{"q", &in_.q}, {"k", &in_.k}, {"v", &in_.v}, {"o", &out}});
     }
@@ -175,6 +200,8 @@ class ForwardDemo final : public Demo {
   DemoOptions opt_;
   AttentionProblem p_;
   AttentionInputs in_;
+  double density_ = 1.0;  // --block-density
+  bool sparse_ = false;   // whether it was given
 };
 
 }  // namespace
@@ -331,7 +358,7 @@ std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p) {
 
 RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
                         const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
-                        std::vector<float>* out_host) {
+                        std::vector<float>* out_host, const BlockMask* mask) {
   RunReport report;
   report.stage = stage.id;
   report.title = stage.title;
@@ -340,10 +367,20 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   report.dtype = p.dtype;
   report.fields = problem_fields(p);
   report.workspace_bytes = stage.workspace_bytes ? stage.workspace_bytes(p) : 0;
-  report.hbm_model_bytes = stage.hbm_bytes ? stage.hbm_bytes(p) : 0.0;
+  report.hbm_model_bytes = stage.hbm_bytes && !mask ? stage.hbm_bytes(p) : 0.0;  // the models are dense
   report.notes = {{"Q,K,V,O", format_bytes(static_cast<double>(p.qkvo_bytes()))}};
   if (stage.notes) {
     for (auto& note : stage.notes(p)) report.notes.push_back(std::move(note));
+  }
+  // The fraction of the score matrix's blocks computed: all, or those the mask keeps.
+  const double kept = mask ? mask->density() : 1.0;
+  if (mask) {
+    std::ostringstream what;
+    what << mask->block_q << "x" << mask->block_kv << " blocks, " << std::llround(kept * mask->keep.size()) << " of "
+         << mask->keep.size() << " kept (" << std::fixed << std::setprecision(3) << kept
+         << "); throughput counts the kept blocks' FLOPs";
+    report.notes.push_back({"block mask", what.str()});
+    report.fields.push_back({"block_density", kept});
   }
 
   DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * dtype_bytes(p.dtype));
@@ -367,7 +404,7 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
     report.checked = true;
     const std::vector<float> lse_out = lse.download();
     const AttentionCheck check =
-        check_attention(p, in, out, sample_rows(p, opt.check_rows), stage.writes_lse ? &lse_out : nullptr);
+        check_attention(p, in, out, sample_rows(p, opt.check_rows), stage.writes_lse ? &lse_out : nullptr, mask);
     report.checked_what = std::to_string(check.rows.size()) + " of " + std::to_string(p.rows()) + " query rows";
     report.checked_count = {"rows_checked", static_cast<int64_t>(check.rows.size())};
     report.checks.push_back({"O", check.o, output_namer(p, check.rows)});
@@ -392,8 +429,8 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   report.repeats = opt.repeats;
   const double seconds = report.median_ms * 1e-3;
   report.metrics = {
-      rate_metric(device, "tflops", seconds > 0 ? p.flops() / seconds / 1e12 : 0.0, "TFLOP/s", "throughput",
-                  "(4*B*H*Nq*Nkv*d)", true),
+      rate_metric(device, "tflops", seconds > 0 ? kept * p.flops() / seconds / 1e12 : 0.0, "TFLOP/s", "throughput",
+                  mask ? "(4*B*H*Nq*Nkv*d, times the fraction of blocks kept)" : "(4*B*H*Nq*Nkv*d)", true),
       rate_metric(device, "effective_gbps", seconds > 0 ? static_cast<double>(p.qkvo_bytes()) / seconds / 1e9 : 0.0,
                   "GB/s", "effective", "(Q, K, V read + O written once)", false, 1)};
   return report;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/block_mask.h"
 #include "common/cli.h"
 #include "common/device_buffer.h"
 #include "common/errors.h"
@@ -140,6 +141,16 @@ struct StageDemo {
   std::vector<StageDemo> compare_with;
   /// The variants `--variant` may pick (empty: the stage has none, and no such flag).
   std::vector<StageVariant> variants;
+  /// Block-sparse attention (common/block_mask.h), if the stage runs it: blocks of
+  /// block_q × block_kv, and a forward pass given the mask's flags in device memory. The demo
+  /// then takes --block-density.
+  struct BlockSparse {
+    int64_t block_q = 0;   ///< query rows of a mask block
+    int64_t block_kv = 0;  ///< keys of a mask block
+    /// Enqueues one forward pass under the mask `flags` (⌈Nq/block_q⌉·⌈Nkv/block_kv⌉ of them).
+    std::function<void(const AttentionProblem&, const DeviceTensors&, const uint8_t* flags)> run;
+  };
+  std::optional<BlockSparse> block_sparse;  ///< empty: the stage runs dense attention only
 
   /// Whether the stage can run this problem's mask.
   bool causal_ok(const AttentionProblem& p) const { return supports_causal || !p.causal; }
@@ -201,10 +212,13 @@ std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p);
  * "lse"), then `opt.warmup` untimed and `opt.repeats` timed runs. Allocates the stage's output
  * and workspace itself; the caller makes sure stage_run_bytes() fit. With warmup = repeats = 0
  * the stage runs exactly once (what a profiler wants). `out_host`, if given, receives O.
+ * With `mask`, `stage` runs block-sparse attention under it (its run takes the mask's flags
+ * itself): the check is against the masked reference, and the throughput counts the FLOPs of
+ * the blocks kept.
  */
 RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
                         const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
-                        std::vector<float>* out_host = nullptr);
+                        std::vector<float>* out_host = nullptr, const BlockMask* mask = nullptr);
 
 /// What a demo's run will allocate and may take, known once the device is.
 struct DemoFootprint {

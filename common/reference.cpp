@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "common/errors.h"
+
 namespace fa {
 
 std::vector<int64_t> all_rows(const AttentionProblem& p) {
@@ -97,22 +99,48 @@ AttentionRows<Real> empty_rows(const std::vector<int64_t>& rows, int64_t d) {
   return out;
 }
 
+// A block mask must cover p's lengths exactly.
+void check_mask(const AttentionProblem& p, const BlockMask* mask) {
+  if (mask && (mask->q_blocks != (p.seq_q + mask->block_q - 1) / mask->block_q ||
+               mask->kv_blocks != (p.seq_kv + mask->block_kv - 1) / mask->block_kv ||
+               static_cast<int64_t>(mask->keep.size()) != mask->q_blocks * mask->kv_blocks)) {
+    throw InputError("the block mask does not match the problem's lengths");
+  }
+}
+
 template <typename Real>
 AttentionRows<Real> attention_rows(const AttentionProblem& p, const float* q, const float* k,
                                    const float* v, const std::vector<int64_t>& rows,
-                                   DType lowp = DType::F32) {
+                                   DType lowp = DType::F32, const BlockMask* mask = nullptr) {
   const int64_t d = p.dim;
   AttentionRows<Real> out = empty_rows<Real>(rows, d);
   std::vector<Real> s(static_cast<size_t>(p.seq_kv));
+  std::vector<float> k_seen, v_seen;  // with a block mask: the keys a row sees, gathered
   for (size_t n = 0; n < rows.size(); ++n) {
     const int64_t r = rows[n];
     const int64_t bh = r / p.seq_q;  // which (batch, head)
     const int64_t i = r % p.seq_q;   // query position within the head
     // The causal mask (top-left) hides keys j > i; key 0 is always visible.
     const int64_t visible = p.causal ? std::min(p.seq_kv, i + 1) : p.seq_kv;
-    attend_row<Real>(q + r * d, k + bh * p.seq_kv * d, v + bh * p.seq_kv * d, visible, d,
-                     static_cast<Real>(p.scale), lowp, s, out.o.data() + n * static_cast<size_t>(d), &out.m[n],
-                     &out.lse[n]);
+    const float* kh = k + bh * p.seq_kv * d;
+    const float* vh = v + bh * p.seq_kv * d;
+    Real* o = out.o.data() + n * static_cast<size_t>(d);
+    if (!mask) {
+      attend_row<Real>(q + r * d, kh, vh, visible, d, static_cast<Real>(p.scale), lowp, s, o, &out.m[n], &out.lse[n]);
+      continue;
+    }
+    // The keys both masks leave, in order: the same three steps over them alone.
+    k_seen.clear();
+    v_seen.clear();
+    for (int64_t j = 0; j < visible; ++j) {
+      if (!mask->keeps(i, j)) continue;
+      k_seen.insert(k_seen.end(), kh + j * d, kh + (j + 1) * d);
+      v_seen.insert(v_seen.end(), vh + j * d, vh + (j + 1) * d);
+    }
+    const int64_t seen = static_cast<int64_t>(k_seen.size()) / d;
+    if (seen == 0) continue;  // no key: O stays 0, m and lse −inf
+    attend_row<Real>(q + r * d, k_seen.data(), v_seen.data(), seen, d, static_cast<Real>(p.scale), lowp, s, o,
+                     &out.m[n], &out.lse[n]);
   }
   return out;
 }
@@ -138,8 +166,9 @@ AttentionRows<Real> decode_rows(const DecodeProblem& p, const float* q, const fl
 
 AttentionRows<double> reference_attention(const AttentionProblem& p, const float* q,
                                           const float* k, const float* v,
-                                          const std::vector<int64_t>& rows) {
-  return attention_rows<double>(p, q, k, v, rows);
+                                          const std::vector<int64_t>& rows, const BlockMask* mask) {
+  check_mask(p, mask);
+  return attention_rows<double>(p, q, k, v, rows, DType::F32, mask);
 }
 
 AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const float* q,
@@ -149,8 +178,9 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
 }
 
 AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
-                                        const float* v, const std::vector<int64_t>& rows) {
-  return attention_rows<float>(p, q, k, v, rows, p.dtype);
+                                        const float* v, const std::vector<int64_t>& rows, const BlockMask* mask) {
+  check_mask(p, mask);
+  return attention_rows<float>(p, q, k, v, rows, p.dtype, mask);
 }
 
 AttentionRows<double> reference_decode(const DecodeProblem& p, const float* q, const float* k, const float* v,

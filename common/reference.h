@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/block_mask.h"
 #include "common/decode_problem.h"
 #include "common/problem.h"
 
@@ -45,10 +46,12 @@ std::vector<int64_t> all_rows(const AttentionProblem& p);
  */
 std::vector<int64_t> sample_rows(const AttentionProblem& p, int64_t count);
 
-/// Attention for the given rows in float64 (inputs are the fp32 tensors the stages read).
+/// Attention for the given rows in float64 (inputs are the fp32 tensors the stages read);
+/// with `mask`, block-sparse attention (block_mask.h: keys the mask drops get no weight, and
+/// a row that sees no key has O = 0, m and lse −inf).
 AttentionRows<double> reference_attention(const AttentionProblem& p, const float* q,
                                           const float* k, const float* v,
-                                          const std::vector<int64_t>& rows);
+                                          const std::vector<int64_t>& rows, const BlockMask* mask = nullptr);
 
 /// The same algorithm in float32: the same-precision baseline for tolerances.
 AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const float* q,
@@ -57,10 +60,12 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
 
 /**
  * The same-precision baseline of `p.dtype`: baseline_attention_fp32() for fp32; for fp16
- * and bf16, fp32 arithmetic with P rounded to that type before P·V and O after.
+ * and bf16, fp32 arithmetic with P rounded to that type before P·V and O after. With
+ * `mask`, of the block-sparse problem.
  */
 AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
-                                        const float* v, const std::vector<int64_t>& rows);
+                                        const float* v, const std::vector<int64_t>& rows,
+                                        const BlockMask* mask = nullptr);
 
 /**
  * Decoding (decode_problem.h) for the given rows in float64: GQA, each sequence's own

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/block_mask.h"
 #include "common/cuda_check.h"
 #include "common/demo.h"
 #include "common/device_buffer.h"
@@ -32,11 +33,10 @@ struct StageResult {
   AttentionCheck check;    ///< against the reference, every row
 };
 
-/// Runs `stage` once on random inputs (seed, magnitude) of type p.dtype and checks every
-/// row, and the log-sum-exp of every row when `with_lse`.
-inline StageResult run_and_check(const AttentionProblem& p, const StageFn& stage, uint64_t seed,
-                                 float magnitude = 1.0f, bool with_lse = false) {
-  const AttentionInputs in = random_inputs(p, seed, magnitude);  // rounded to p.dtype
+/// Runs `stage` once on the inputs `in` (of type p.dtype) and checks every row, and the
+/// log-sum-exp of every row when `with_lse`; with `mask`, against block-sparse attention.
+inline StageResult run_and_check_inputs(const AttentionProblem& p, const AttentionInputs& in, const StageFn& stage,
+                                        bool with_lse, const BlockMask* mask = nullptr) {
   const DeviceInputs inputs = upload_inputs(in.q, in.k, in.v, p.dtype);
   DeviceBuffer<unsigned char> o(static_cast<size_t>(p.q_elems()) * dtype_bytes(p.dtype));
   DeviceBuffer<float> lse(with_lse ? static_cast<size_t>(p.rows()) : 0);
@@ -50,8 +50,15 @@ inline StageResult run_and_check(const AttentionProblem& p, const StageFn& stage
   StageResult r;
   r.o = download_as_float(o.data(), static_cast<size_t>(p.q_elems()), p.dtype);
   r.lse = lse.download();
-  r.check = check_attention(p, in, r.o, all_rows(p), with_lse ? &r.lse : nullptr);
+  r.check = check_attention(p, in, r.o, all_rows(p), with_lse ? &r.lse : nullptr, mask);
   return r;
+}
+
+/// Runs `stage` once on random inputs (seed, magnitude) of type p.dtype and checks every
+/// row, and the log-sum-exp of every row when `with_lse`.
+inline StageResult run_and_check(const AttentionProblem& p, const StageFn& stage, uint64_t seed,
+                                 float magnitude = 1.0f, bool with_lse = false) {
+  return run_and_check_inputs(p, random_inputs(p, seed, magnitude), stage, with_lse);  // inputs rounded to p.dtype
 }
 
 /// REQUIREs that the check passed, printing the figures and first mismatches if not.
@@ -143,6 +150,59 @@ inline void check_variants(const std::vector<StageVariant>& variants, bool with_
     }
     const AttentionProblem p = make_problem(1, 1, 150, 300, 128, 0.0, false, DType::F16);
     require_passed(p, run_and_check(p, run, ++seed, 30.0f, with_lse));
+  }
+}
+
+/// Enqueues one forward pass of a block-sparse stage; `block_mask` is the mask's flags in
+/// device memory (common/block_mask.h).
+using MaskedStageFn = std::function<void(const AttentionProblem&, const DeviceTensors&, const uint8_t* block_mask)>;
+
+/// Block-sparse attention with blocks of block_q × block_kv against the float64 reference of
+/// the masked problem, the log-sum-exp included, in element type `dtype` at each head dim of
+/// `dims`: random masks keeping none, a quarter, half and all of the blocks, over lengths
+/// that are not multiples of a block, with and without the causal mask (rows left with no
+/// key must give O = 0 and lse −inf); and a mask that drops whole columns of blocks, whose
+/// keys and values are NaN, which a kernel that read a dropped tile would spread.
+inline void check_block_sparse_stage(const MaskedStageFn& stage, int64_t block_q, int64_t block_kv, DType dtype,
+                                     const std::vector<int64_t>& dims) {
+  uint64_t seed = 500;
+  const auto run = [&](const AttentionProblem& p, const BlockMask& mask, AttentionInputs in) {
+    INFO("block mask " << mask.q_blocks << "x" << mask.kv_blocks << " of " << block_q << "x" << block_kv
+                       << ", density " << mask.density());
+    DeviceBuffer<uint8_t> flags(mask.keep.size());
+    flags.upload(mask.keep);
+    const StageFn masked = [&](const AttentionProblem& q, const DeviceTensors& t) { stage(q, t, flags.data()); };
+    require_passed(p, run_and_check_inputs(p, in, masked, true, &mask));
+  };
+  SECTION("random block masks of several densities") {
+    for (int64_t d : dims) {
+      for (double density : {0.0, 0.25, 0.5, 1.0}) {
+        for (bool causal : {false, true}) {
+          const AttentionProblem p = make_problem(1, 2, 3 * block_q + 5, 5 * block_kv - 3, d, 0.0, causal, dtype);
+          run(p, random_block_mask(p, block_q, block_kv, density, ++seed), random_inputs(p, seed));
+        }
+      }
+    }
+  }
+  SECTION("ragged lengths, several heads") {
+    for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 257}, {100, 100}, {257, 1000}}) {
+      const AttentionProblem p = make_problem(2, 3, nq, nkv, dims.front(), 0.0, nq == nkv, dtype);
+      run(p, random_block_mask(p, block_q, block_kv, 0.5, ++seed), random_inputs(p, seed));
+    }
+  }
+  SECTION("a dropped tile is never read") {
+    const AttentionProblem p = make_problem(1, 2, 2 * block_q + 1, 6 * block_kv, dims.back(), 0.0, false, dtype);
+    BlockMask mask = random_block_mask(p, block_q, block_kv, 0.6, ++seed);
+    AttentionInputs in = random_inputs(p, seed);
+    for (int64_t jb = 1; jb < mask.kv_blocks; jb += 2) {  // every other column of blocks: dropped, and NaN
+      for (int64_t ib = 0; ib < mask.q_blocks; ++ib) mask.keep[static_cast<size_t>(ib * mask.kv_blocks + jb)] = 0;
+      for (int64_t bh = 0; bh < p.batch_heads(); ++bh) {
+        const auto first = static_cast<std::ptrdiff_t>((bh * p.seq_kv + jb * block_kv) * p.dim);
+        std::fill_n(in.k.begin() + first, block_kv * p.dim, NAN);
+        std::fill_n(in.v.begin() + first, block_kv * p.dim, NAN);
+      }
+    }
+    run(p, mask, in);
   }
 }
 

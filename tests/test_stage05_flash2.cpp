@@ -1,5 +1,6 @@
 // Stage 05 against the float64 reference (the standard battery, log-sum-exp included),
-// and against stage 04 on the same inputs.
+// against stage 04 on the same inputs, and block-sparse against the reference of the masked
+// problem.
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -36,4 +37,13 @@ TEST_CASE("stage 05 equals stage 04 on the same inputs", "[stage05]") {
     INFO("causal " << causal << ": " << fa::describe(c, fa::output_namer(p, fa::all_rows(p))));
     REQUIRE(c.passed());
   }
+}
+
+TEST_CASE("stage 05 block-sparse matches the reference of the masked problem", "[stage05][block_sparse]") {
+  const fa::test::MaskedStageFn run = [](const fa::AttentionProblem& p, const fa::DeviceTensors& t,
+                                         const uint8_t* mask) {
+    const auto f = t.f32();
+    fa::flash2::attention(p, f.q, f.k, f.v, f.o, f.lse, mask);
+  };
+  fa::test::check_block_sparse_stage(run, fa::flash2::Br, fa::flash2::Bc, fa::DType::F32, fa::supported_head_dims());
 }

@@ -14,6 +14,11 @@ StageDemo describe() {
     const auto f = t.f32();
     attention(p, f.q, f.k, f.v, f.o, f.lse);
   };
+  stage.block_sparse = StageDemo::BlockSparse{Br, Bc, [](const AttentionProblem& p, const DeviceTensors& t,
+                                                          const uint8_t* flags) {
+                                                  const auto f = t.f32();
+                                                  attention(p, f.q, f.k, f.v, f.o, f.lse, flags);
+                                                }};
   stage.hbm_bytes = hbm_bytes_model;
   stage.notes = [](const AttentionProblem& p) {
     const int64_t q_tiles = (p.seq_q + Br - 1) / Br;

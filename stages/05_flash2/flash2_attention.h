@@ -30,9 +30,13 @@ std::size_t shared_bytes(int64_t d);
  * and the unnormalised O stay on chip; O divided by l once at the end.
  * \param p the problem; \param Q, K, V the inputs; \param O the output;
  * \param lse if not null, receives each query row's log-sum-exp m + log(l) (B·H·Nq floats).
+ * \param block_mask if not null, block-sparse attention (common/block_mask.h) with blocks of
+ *        Br × Bc, the tiles: ⌈Nq/Br⌉·⌈Nkv/Bc⌉ flags in device memory, row-major, shared by
+ *        every head; a K/V tile whose flag is 0 is skipped for that Q tile. A row left with
+ *        no key gets O = 0 and log-sum-exp −inf.
  */
 void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O,
-               float* lse = nullptr);
+               float* lse = nullptr, const uint8_t* block_mask = nullptr);
 
 /// HBM bytes this loop order moves according to the IO model (see the README).
 double hbm_bytes_model(const AttentionProblem& p);

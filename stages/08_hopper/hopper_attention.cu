@@ -217,8 +217,11 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         }
         const int n_tiles = tiles_for(qt);
         for (int j = 0; j < n_tiles; ++j, ++it) {
+          // exercise 08-parity: K/V tile number `it` goes to slot s of the ring in round it / STAGES; wait until the consumers have emptied the slot: which phase of empty[s] must have completed?
+          //   stub: const int s = it % STAGES;
           const int s = it % STAGES, round = it / STAGES;
           mbarrier_wait(&empty[s], (round & 1) ^ 1);  // the consumers are done with this slot (round 0: free)
+          // end exercise 08-parity
           mbarrier_arrive_expect_tx(&k_full[s], L::KV_BYTES);
           for (int c = 0; c < D / BOX; ++c)
             tma_load_3d(smem + L::k + s * L::KV_BYTES + c * Bc * 128, &tk, &k_full[s], c * BOX, j * Bc, bh);
@@ -268,7 +271,10 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
+        // exercise 08-desc: the descriptor of V's rows 16kk .. 16kk + 15, MN-major: its address, the leading byte offset (from one 64-column box to the next) and the stride byte offset (from eight rows to the next eight)
+        //   stub: const uint64_t b = smem_desc(Vs, 0, 0);
         const uint64_t b = smem_desc(Vs + kk * 16 * 128, Bc * 128, 1024);
+        // end exercise 08-desc
         wgmma_rs<T, D>(o, pj[kk], b, true);
       }
       wgmma_commit();

@@ -26,6 +26,9 @@
  * smaller points: exp(x) = 2^(x·log2 e), with log2 e folded into the scale, so every
  * exponential is one exp2f (the hardware's native ex2) instead of expf; and warps that
  * own whole rows of the tile need no block-wide barrier between P and P·V.
+ * Block-sparse attention (the extension the FlashAttention paper sketches): with a block
+ * mask, a Q tile skips the K/V tiles the mask drops, loading nothing and computing nothing
+ * for them, so the time follows the fraction of tiles kept.
  * Cost: no workspace. HBM traffic: Q and O once; K and V once per Q tile.
  * Parallelism: B·H·⌈Nq/Br⌉ blocks.
  *
@@ -91,7 +94,7 @@ __device__ float row_sum(float x) {
 template <int D>
 __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const float* K, const float* V, float* O,
                                                          float* lse, int64_t seq_q, int64_t seq_kv, float scale,
-                                                         bool causal) {
+                                                         bool causal, const uint8_t* block_mask) {
   using L = Layout<D>;
   extern __shared__ float smem[];
   float* Qs = smem;                 // [Br][QS]  the Q tile, pre-scaled
@@ -126,6 +129,11 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
       FA_TRACE(skip(j0, i0));
       break;
     }
+    // Block-sparse attention: a tile the mask drops for this Q tile is never loaded, and its
+    // keys get no weight, as if all their scores were −inf.
+    // exercise 05-block-sparse: skip K/V tile j0 / Bc if the block mask drops it for this Q tile (block_mask: null, or ⌈Nq/Br⌉ × ⌈Nkv/Bc⌉ flags)
+    if (block_mask && !block_mask[(i0 / Br) * ((seq_kv + Bc - 1) / Bc) + j0 / Bc]) continue;
+    // end exercise 05-block-sparse
     const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
     load_tile<D>(Ks, L::KS, Kh + j0 * D, Bc, kv_valid, 1.0f);
     load_tile<D>(Vs, L::VS, Vh + j0 * D, Bc, kv_valid, 1.0f);
@@ -192,7 +200,9 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
   for (int ii = 0; ii < ROWS; ++ii) {
     const int r = ROWS * ty + ii;
     if (r >= q_valid) continue;
-    const float inv = 1.0f / l_run[ii];  // l >= 1: the max's own term is exp(0)
+    // l >= 1, the max's own term being 2^0, unless the block mask left the row no key:
+    // then O = 0 and the log-sum-exp is −inf.
+    const float inv = l_run[ii] > 0.0f ? 1.0f / l_run[ii] : 0.0f;
     float* o_row = Oh + (i0 + r) * D;
     for (int cc = 0; cc < D / TX; ++cc) o_row[tx + TX * cc] = o_acc[ii][cc] * inv;
     // Back to natural units: ln(l·2^m) = (m + log2 l)·ln 2.
@@ -205,14 +215,14 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
 namespace {
 
 template <int D>
-void launch(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse) {
+void launch(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse,
+            const uint8_t* block_mask) {
   const std::size_t smem = shared_bytes(D);
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
   FA_CUDA_CHECK(cudaFuncSetAttribute(flash2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const unsigned blocks = q_tile_grid(p, Br, "stage 05");
-  flash2_kernel<D><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv,
-                                                                      p.scale, p.causal);
+  flash2_kernel<D><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv, p.scale, p.causal, block_mask);
   FA_CHECK_LAUNCH("flash2_kernel");
 }
 
@@ -226,8 +236,9 @@ double hbm_bytes_model(const AttentionProblem& p) {
   return q_outer_hbm_bytes(p, Br);  // Q and O once; K and V once per Q tile; the lse
 }
 
-void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse) {
-  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value>(p, Q, K, V, O, lse); });
+void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse,
+               const uint8_t* block_mask) {
+  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value>(p, Q, K, V, O, lse, block_mask); });
 }
 
 }  // namespace fa::flash2
