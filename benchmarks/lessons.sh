@@ -43,6 +43,7 @@ ncu_dram() {
 
 [ "${APPEND:-0}" = 1 ] || say "# Lessons 01-05 on the $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null) (commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})"
 [ "${APPEND:-0}" = 1 ] || say ""
+[ "${APPEND:-0}" = 1 ] && say "# appended: sections ${SECTIONS:-all} (commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})"
 s01() {
   say "## Stage 01"
   run stage01_naive --brief
