@@ -224,11 +224,15 @@ void launch(const AttentionProblem& p, const float* Q, const float* K, const flo
             const uint8_t* block_mask) {
   const std::size_t smem = shared_bytes(D);
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
-  const auto kernel = block_mask ? flash2_kernel<D, true> : flash2_kernel<D, false>;
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  for (const auto kernel : {flash2_kernel<D, false>, flash2_kernel<D, true>}) {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
   const unsigned blocks = q_tile_grid(p, Br, "stage 05");
-  kernel<<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv, p.scale, p.causal, block_mask);
+  if (block_mask) {
+    flash2_kernel<D, true><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv, p.scale, p.causal, block_mask);
+  } else {
+    flash2_kernel<D, false><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv, p.scale, p.causal, nullptr);
+  }
   FA_CHECK_LAUNCH("flash2_kernel");
 }
 
