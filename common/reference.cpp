@@ -233,7 +233,8 @@ namespace {
 // The backward pass in precision Real, from the formulas (see reference.h).
 template <typename Real>
 AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q, const float* k, const float* v,
-                                       const float* d_o, AttentionGradients<Real>* term_sums) {
+                                       const float* d_o, AttentionGradients<Real>* term_sums,
+                                       double* lse_max_abs = nullptr) {
   const int64_t d = p.dim, nq = p.seq_q, nkv = p.seq_kv;
   const Real scale = static_cast<Real>(p.scale);
   AttentionGradients<Real> g;
@@ -253,13 +254,24 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
       const float* doi = d_o + r * d;
       Real* dqi = g.dq.data() + r * d;
       const int64_t visible = p.causal ? std::min(nkv, i + 1) : nkv;
-      // P_i: the forward row softmax again.
-      Real m;
-      const Real l = exp_scores(qi, kh, visible, d, scale, prob, &m);
+      // P_i: the forward row softmax again, rebuilt as a FlashAttention backward pass
+      // rebuilds it, from the row's log-sum-exp held in precision Real: P_ij = exp(S_ij − lse_i).
+      // (In float32, lse_i is rounded at its magnitude, which logits in the thousands make
+      // 1e-4: every P of the row moves by that fraction. A baseline that divided by l instead
+      // would not see that error, which any kernel recomputing P from a float lse has.)
+      Real m = -std::numeric_limits<Real>::infinity();
+      for (int64_t j = 0; j < visible; ++j) {
+        prob[static_cast<size_t>(j)] = scale * dot<Real>(qi, kh + j * d, d);
+        m = std::max(m, prob[static_cast<size_t>(j)]);
+      }
+      Real l = 0;
+      for (int64_t j = 0; j < visible; ++j) l += std::exp(prob[static_cast<size_t>(j)] - m);
+      const Real lse = m + std::log(l);
+      if (lse_max_abs) *lse_max_abs = std::max(*lse_max_abs, static_cast<double>(std::fabs(lse)));
       // dP_ij = dO_i · V_j, and D_i = Σ_j P_ij·dP_ij.
       Real big_d = 0;
       for (int64_t j = 0; j < visible; ++j) {
-        prob[static_cast<size_t>(j)] /= l;
+        prob[static_cast<size_t>(j)] = std::exp(prob[static_cast<size_t>(j)] - lse);
         dp[static_cast<size_t>(j)] = dot<Real>(doi, vh + j * d, d);
         big_d += prob[static_cast<size_t>(j)] * dp[static_cast<size_t>(j)];
       }
@@ -303,8 +315,9 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
 
 AttentionGradients<double> reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
                                                         const float* v, const float* d_o,
-                                                        AttentionGradients<double>* term_sums) {
-  return backward_rows<double>(p, q, k, v, d_o, term_sums);
+                                                        AttentionGradients<double>* term_sums, double* lse_max_abs) {
+  if (lse_max_abs) *lse_max_abs = 0.0;
+  return backward_rows<double>(p, q, k, v, d_o, term_sums, lse_max_abs);
 }
 
 AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProblem& p, const float* q,

@@ -103,10 +103,14 @@ struct AttentionGradients {
  * the absolute values of its terms (dP and D, too, summed over |dO|·|V|). Rounding errors
  * scale with these, not with the gradient: where dP and D nearly cancel (always, when a
  * row sees a single key) the gradient is tiny or zero while its rounding error is not.
+ * If `lse_max_abs` is given it receives the largest |log-sum-exp| of a row: a kernel that
+ * rebuilds P = exp(S − lse) in float32 carries an error in each exponent of about that size
+ * times float32's unit roundoff, which is every P's relative error.
  */
 AttentionGradients<double> reference_attention_backward(const AttentionProblem& p, const float* q, const float* k,
                                                         const float* v, const float* d_o,
-                                                        AttentionGradients<double>* term_sums = nullptr);
+                                                        AttentionGradients<double>* term_sums = nullptr,
+                                                        double* lse_max_abs = nullptr);
 
 /// The same formulas in float32: the same-precision baseline for the gradients' tolerances.
 AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProblem& p, const float* q,
