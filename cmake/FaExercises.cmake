@@ -10,7 +10,8 @@
 #   SOURCES         host files of the stage the tests need besides the kernel
 # makes (none built by default: the grader builds each, so that a copy that does not
 # compile breaks nothing else)
-#   exercise_<name>            the tests built on the learner's copy
+#   exercise_<name>            the tests built on the learner's copy (CPU backend)
+#   exercise_<name>_cuda       the same on the GPU, in a build with CUDA
 #   exercises_<id>_solution    the same tests on the stage's own kernel (one per stage)
 #   exercises_check            all of them, and each copy as the markers give it now
 # With FA_EXERCISES_GRADE (`cmake --workflow --preset exercises`) the test grade_exercises
@@ -31,7 +32,7 @@ set_property(GLOBAL PROPERTY FA_EXERCISE_LIST "")
 
 function(fa_add_exercise id name)
   cmake_parse_arguments(PARSE_ARGV 2 ARG "" "KERNEL;TESTS" "DEPENDS;SOURCES")
-  if(NOT FA_HAVE_CPU_BACKEND)
+  if(NOT FA_HAVE_CPU_BACKEND AND NOT FA_HAVE_CUDA)
     return()
   endif()
   set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
@@ -51,7 +52,7 @@ endfunction()
 # deletes once the bug is fixed. The failing tests are the only clue.
 function(fa_add_bug_exercise id name)
   cmake_parse_arguments(PARSE_ARGV 2 ARG "" "KERNEL;RIGHT;WRONG;TESTS" "DEPENDS;SOURCES")
-  if(NOT FA_HAVE_CPU_BACKEND)
+  if(NOT FA_HAVE_CPU_BACKEND AND NOT FA_HAVE_CUDA)
     return()
   endif()
   fa_kernel_with_bug(source KERNEL ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL} RIGHT "${ARG_RIGHT}" WRONG "${ARG_WRONG}")
@@ -73,20 +74,55 @@ function(fa_exercise_targets id name fresh)
     DEPENDS ${fresh})
   add_dependencies(update_exercise_stubs update_exercise_${name})
 
-  set(deps "")
-  foreach(dep IN LISTS ARG_DEPENDS)
-    list(APPEND deps fa_stage${dep}_cpu)
-  endforeach()
-  # Built as the stage's own CPU library is (stage 08's without the race detector).
-  get_target_property(no_race fa_stage${id}_cpu FA_NO_RACECHECK)
-  fa_cpu_kernel_library(exercise_${name}_kernel NO_RACECHECK "${no_race}" ${copy})
-  target_sources(exercise_${name}_kernel PRIVATE ${ARG_SOURCES})
-  target_link_libraries(exercise_${name}_kernel PUBLIC ${deps})
-  add_executable(exercise_${name} ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_TESTS} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
-  target_link_libraries(exercise_${name} PRIVATE exercise_${name}_kernel fa_catch_session)
-  target_include_directories(exercise_${name} PRIVATE ${PROJECT_SOURCE_DIR})
-  set_target_properties(exercise_${name}_kernel exercise_${name} PROPERTIES EXCLUDE_FROM_ALL TRUE)
-  set_property(GLOBAL APPEND PROPERTY FA_EXERCISE_LIST "${id}|${name}|${copy}")
+  set(cpu "")
+  if(FA_HAVE_CPU_BACKEND)
+    set(cpu cpu)
+    set(deps "")
+    foreach(dep IN LISTS ARG_DEPENDS)
+      list(APPEND deps fa_stage${dep}_cpu)
+    endforeach()
+    # Built as the stage's own CPU library is (stage 08's without the race detector).
+    get_target_property(no_race fa_stage${id}_cpu FA_NO_RACECHECK)
+    fa_cpu_kernel_library(exercise_${name}_kernel NO_RACECHECK "${no_race}" ${copy})
+    target_sources(exercise_${name}_kernel PRIVATE ${ARG_SOURCES})
+    target_link_libraries(exercise_${name}_kernel PUBLIC ${deps})
+    add_executable(exercise_${name} ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_TESTS} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+    target_link_libraries(exercise_${name} PRIVATE exercise_${name}_kernel fa_catch_session)
+    target_include_directories(exercise_${name} PRIVATE ${PROJECT_SOURCE_DIR})
+    set_target_properties(exercise_${name}_kernel exercise_${name} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+  endif()
+
+  # With CUDA, the same tests on the GPU too (exercise_<name>_cuda), the copy compiled as the
+  # stage's own CUDA library is; the grader runs them where there is a GPU (exit 77: none).
+  set(gpu "")
+  if(FA_HAVE_CUDA AND TARGET fa_stage${id}_cuda)
+    set(gpu cuda)
+    set(cuda_deps "")
+    foreach(dep IN LISTS ARG_DEPENDS)
+      list(APPEND cuda_deps fa_stage${dep}_cuda)
+    endforeach()
+    add_library(exercise_${name}_kernel_cuda STATIC ${copy} ${ARG_SOURCES})
+    target_link_libraries(exercise_${name}_kernel_cuda PUBLIC fa_runtime_cuda ${cuda_deps})
+    target_include_directories(exercise_${name}_kernel_cuda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+    get_target_property(options fa_stage${id}_cuda COMPILE_OPTIONS)
+    get_target_property(archs fa_stage${id}_cuda CUDA_ARCHITECTURES)
+    if(options)
+      target_compile_options(exercise_${name}_kernel_cuda PRIVATE ${options})
+    endif()
+    set_target_properties(exercise_${name}_kernel_cuda PROPERTIES CUDA_ARCHITECTURES "${archs}")
+    add_executable(exercise_${name}_cuda ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_TESTS} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+    target_link_libraries(exercise_${name}_cuda PRIVATE exercise_${name}_kernel_cuda fa_catch_session)
+    target_include_directories(exercise_${name}_cuda PRIVATE ${PROJECT_SOURCE_DIR})
+    target_compile_definitions(exercise_${name}_cuda PRIVATE FA_TEST_NEEDS_DEVICE=1)
+    if(archs STREQUAL "OFF")  # sm_90a only: skipped, not failed, on another GPU
+      target_compile_definitions(exercise_${name}_cuda PRIVATE FA_TEST_NEEDS_HOPPER=1)
+    endif()
+    set_target_properties(exercise_${name}_kernel_cuda exercise_${name}_cuda PROPERTIES EXCLUDE_FROM_ALL TRUE)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY FA_EXERCISE_LIST "${id}|${name}|${copy}|${cpu}|${gpu}")
+  if(NOT cpu)  # the checks below are the CPU backend's
+    return()
+  endif()
 
   # The stage's own kernel on the same tests: the solution, which must pass.
   set(solution exercises_${id}_solution)

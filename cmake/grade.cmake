@@ -3,7 +3,8 @@
 # stage order,
 #   todo     the learner's copy still has its "TODO(exercise NAME)" (or, for a find-the-bug
 #            exercise, its first line "BUG(exercise NAME)"): nothing is built
-#   passes   it builds, and its tests (tagged [NAME]) pass on the CPU backend
+#   passes   it builds, and its tests (tagged [NAME]) pass on the CPU backend, and on the
+#            GPU too where the build has CUDA and the machine a GPU the stage runs on
 #   fails    it does not build, or a test fails: the first compiler error or failed check
 # Prints a table, writes <dir>/grades.csv (exercise,stage,status,detail) and exits 0: a
 # grade is a report, not a failure of the build. ONLY grades one exercise.
@@ -100,6 +101,16 @@ foreach(entry IN LISTS entries)
   list(GET fields 0 stage)
   list(GET fields 1 name)
   list(GET fields 2 copy)
+  # Which backends the build has for it: "cpu" (exercise_<name>), "cuda" (exercise_<name>_cuda).
+  set(cpu "")
+  set(gpu "")
+  list(LENGTH fields n_fields)
+  if(n_fields GREATER 3)
+    list(GET fields 3 cpu)
+  endif()
+  if(n_fields GREATER 4)
+    list(GET fields 4 gpu)
+  endif()
   if(ONLY AND NOT ONLY STREQUAL name)
     continue()
   endif()
@@ -114,6 +125,9 @@ foreach(entry IN LISTS entries)
   elseif(bug GREATER -1)
     set(status todo)
     set(detail "${where}: find the bug, fix it, delete the line BUG(exercise ${name})")
+  elseif(NOT cpu STREQUAL "cpu")  # a build without the CPU backend: the GPU alone grades
+    set(status passes)
+    set(detail "")
   else()
     execute_process(COMMAND ${CMAKE_COMMAND} --build "${BUILD_DIR}" --target exercise_${name}
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -127,12 +141,48 @@ foreach(entry IN LISTS entries)
                       RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
       if(rc EQUAL 0)
         set(status passes)
+        set(detail "on the CPU backend")
       else()
         set(status fails)
         first_failure("${out}" "${root}" first)
         set(detail "${where}: ${first}")
       endif()
     endif()
+  endif()
+  # Where the build has CUDA and there is a GPU (exit 77: none, or not the GPU the stage
+  # needs), the same tests on it; a copy that passes on the CPU backend must pass there too.
+  if(status STREQUAL "passes" AND gpu STREQUAL "cuda")
+    execute_process(COMMAND ${CMAKE_COMMAND} --build "${BUILD_DIR}" --target exercise_${name}_cuda
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      set(status fails)
+      string(REGEX MATCH "[^\n]*error[^\n]*" first "${out}")
+      string(REPLACE "${root}/" "" first "${first}")
+      set(detail "does not compile for the GPU: ${first}")
+    else()
+      execute_process(COMMAND "${BUILD_DIR}/bin/exercise_${name}_cuda" "[${name}]"
+                      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+      if(rc EQUAL 0)
+        string(REGEX MATCH "device: [^\n(]*" device "${out}")
+        string(REPLACE "device: " "" device "${device}")
+        string(STRIP "${device}" device)
+        if(detail STREQUAL "")
+          set(detail "on the ${device}")
+        else()
+          set(detail "${detail} and the ${device}")
+        endif()
+      elseif(NOT rc EQUAL 77)
+        set(status fails)
+        first_failure("${out}" "${root}" first)
+        set(detail "${where}, on the GPU: ${first}")
+      elseif(detail STREQUAL "")
+        set(status fails)
+        set(detail "not graded: no CPU backend in this build, and no GPU here that runs the stage")
+      endif()
+    endif()
+  elseif(status STREQUAL "passes" AND detail STREQUAL "")
+    set(status fails)
+    set(detail "not graded: this build has neither the CPU backend nor CUDA for it")
   endif()
   math(EXPR counts_${status} "${counts_${status}} + 1")
   string(LENGTH "${name}" n)
