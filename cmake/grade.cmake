@@ -8,9 +8,17 @@
 #   fails    it does not build, or a test fails: the first compiler error or failed check
 # Prints a table, writes <dir>/grades.csv (exercise,stage,status,detail) and exits 0: a
 # grade is a report, not a failure of the build. ONLY grades one exercise.
+cmake_minimum_required(VERSION 3.25)  # the project's policies: list() keeps empty fields
 if(NOT BUILD_DIR OR NOT EXISTS "${BUILD_DIR}/exercises.txt")
   message(FATAL_ERROR "grade.cmake: -DBUILD_DIR=<a build configured with the exercises> is required")
 endif()
+# The first compiler error in a build's output, in one line.
+function(first_error out root result)
+  string(REGEX MATCH "[^\n]*error[^\n]*" first "${out}")
+  string(REPLACE "${root}/" "" first "${first}")
+  set(${result} "${first}" PARENT_SCOPE)
+endfunction()
+
 # The first failure in a test binary's output, in one line: the shape, the output that
 # failed ("lse"), its first wrong element; or, when no check failed, the first error.
 function(first_failure out root result)
@@ -133,8 +141,7 @@ foreach(entry IN LISTS entries)
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
     if(NOT rc EQUAL 0)
       set(status fails)
-      string(REGEX MATCH "[^\n]*error[^\n]*" first "${out}")
-      string(REPLACE "${root}/" "" first "${first}")
+      first_error("${out}" "${root}" first)
       set(detail "does not compile: ${first}")
     else()
       execute_process(COMMAND "${BUILD_DIR}/bin/exercise_${name}" "[${name}]"
@@ -156,8 +163,7 @@ foreach(entry IN LISTS entries)
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
     if(NOT rc EQUAL 0)
       set(status fails)
-      string(REGEX MATCH "[^\n]*error[^\n]*" first "${out}")
-      string(REPLACE "${root}/" "" first "${first}")
+      first_error("${out}" "${root}" first)
       set(detail "does not compile for the GPU: ${first}")
     else()
       execute_process(COMMAND "${BUILD_DIR}/bin/exercise_${name}_cuda" "[${name}]"

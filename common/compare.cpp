@@ -84,10 +84,14 @@ Comparison compare_with_baseline(DType t, const float* got, const double* want, 
   return compare(got, want, n, tolerance_for(t, ref_max, base_err), max_report);
 }
 
+Tolerance fp32_cancelling_tolerance(const double* want, const float* baseline, int64_t n, double terms_max_abs) {
+  const auto [ref_max, base_err] = reference_max_and_baseline_error(want, baseline, n);
+  return fp32_tolerance(std::max(ref_max, terms_max_abs), base_err);
+}
+
 Comparison compare_fp32_cancelling(const float* got, const double* want, const float* baseline, int64_t n,
                                    double terms_max_abs, int max_report) {
-  const auto [ref_max, base_err] = reference_max_and_baseline_error(want, baseline, n);
-  return compare(got, want, n, fp32_tolerance(std::max(ref_max, terms_max_abs), base_err), max_report);
+  return compare(got, want, n, fp32_cancelling_tolerance(want, baseline, n, terms_max_abs), max_report);
 }
 
 std::string describe(const Comparison& c, const IndexNamer& name) {

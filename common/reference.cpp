@@ -45,17 +45,25 @@ Real dot(const float* a, const float* b, int64_t d) {
   return sum;
 }
 
+// The scaled scores of one query row against its first `visible` keys, s[j] = scale·qi·k_j
+// (`s` is scratch of at least `visible` values); returns their max.
+template <typename Real>
+Real scores(const float* qi, const float* kh, int64_t visible, int64_t d, Real scale, std::vector<Real>& s) {
+  Real m = -std::numeric_limits<Real>::infinity();
+  for (int64_t j = 0; j < visible; ++j) {
+    s[static_cast<size_t>(j)] = scale * dot<Real>(qi, kh + j * d, d);
+    m = std::max(m, s[static_cast<size_t>(j)]);
+  }
+  return m;
+}
+
 // The first two steps of stage 01 for one query row against its first `visible` keys:
 // s[j] = exp(scale·qi·k_j − m) with m the largest scaled score (written to *m_out);
 // returns l = Σ_j s[j]. `s` is scratch of at least `visible` values.
 template <typename Real>
 Real exp_scores(const float* qi, const float* kh, int64_t visible, int64_t d, Real scale, std::vector<Real>& s,
                 Real* m_out) {
-  Real m = -std::numeric_limits<Real>::infinity();
-  for (int64_t j = 0; j < visible; ++j) {
-    s[static_cast<size_t>(j)] = scale * dot<Real>(qi, kh + j * d, d);
-    m = std::max(m, s[static_cast<size_t>(j)]);
-  }
+  const Real m = scores(qi, kh, visible, d, scale, s);
   Real l = 0;
   for (int64_t j = 0; j < visible; ++j) {
     s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
@@ -259,11 +267,7 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
       // (In float32, lse_i is rounded at its magnitude, which logits in the thousands make
       // 1e-4: every P of the row moves by that fraction. A baseline that divided by l instead
       // would not see that error, which any kernel recomputing P from a float lse has.)
-      Real m = -std::numeric_limits<Real>::infinity();
-      for (int64_t j = 0; j < visible; ++j) {
-        prob[static_cast<size_t>(j)] = scale * dot<Real>(qi, kh + j * d, d);
-        m = std::max(m, prob[static_cast<size_t>(j)]);
-      }
+      const Real m = scores(qi, kh, visible, d, scale, prob);
       Real l = 0;
       for (int64_t j = 0; j < visible; ++j) l += std::exp(prob[static_cast<size_t>(j)] - m);
       const Real lse = m + std::log(l);

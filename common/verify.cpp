@@ -97,11 +97,10 @@ GradientCheck check_attention_backward(const AttentionProblem& p, const Attentio
     // to 7.0e-4 over eleven seeds on the CPU backend, where the fp32 tolerance alone allows
     // about 2.3e-4.
     Comparison compare() const {
-      Comparison c = compare_fp32_cancelling(got.data(), want.data(), base.data(),
-                                             static_cast<int64_t>(got.size()), terms_max);
-      Tolerance tol = c.tolerance;
+      const auto n = static_cast<int64_t>(got.size());
+      Tolerance tol = fp32_cancelling_tolerance(want.data(), base.data(), n, terms_max);
       tol.atol += kBaselineErrorFactor * 0x1.0p-24 * lse_max * terms_max;
-      return fa::compare(got.data(), want.data(), static_cast<int64_t>(got.size()), tol);
+      return fa::compare(got.data(), want.data(), n, tol);
     }
   } dq, dk, dv;
   for (int64_t bh : heads) {
