@@ -10,13 +10,16 @@
 # HOPPER_ONLY: the kernels use sm_90a instructions (wgmma, setmaxnreg): the GPU build is
 # for sm_90a alone, with nvcc 12 or newer, and its tests skip on other GPUs. The CPU twin
 # runs them through the backend's Hopper emulation (fa_cpu/hopper.h), without the race
-# detector, which does not model mbarriers and named barriers.
+# detector's shared-memory rules, which do not model mbarriers and named barriers (races
+# between blocks in global memory are checked).
 define_property(GLOBAL PROPERTY FA_STAGES BRIEF_DOCS "stage ids in order" FULL_DOCS "for the tour")
 
 # fa_cpu_kernel_library(<target> [NO_RACECHECK <bool>] <file.cu>...): a library of kernel
 # files built for the CPU backend. Each .cu is rewritten by fa_cu2cpp into a .cpp that keeps
-# its line numbers. NO_RACECHECK true: without the race detector's instrumentation (kept
-# as the target's property FA_NO_RACECHECK, so that a planted copy is built the same way).
+# its line numbers. NO_RACECHECK true: without the race detector's shared-memory rules,
+# which do not model mbarriers; its launches are still checked for races between blocks in
+# global memory (kept as the target's property FA_NO_RACECHECK, so that a planted copy is
+# built the same way).
 function(fa_cpu_kernel_library target)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "" "NO_RACECHECK" "")
   set(generated "")
@@ -40,8 +43,11 @@ function(fa_cpu_kernel_library target)
   # a line table (-g1) lets its reports name source lines. DWARF 4, because Debian 12's
   # addr2line names the generated .cpp instead of the #line file with DWARF 5.
   set(options "-include;fa_cpu/kernel.h")
-  if(FA_CPU_RACECHECK AND NOT ARG_NO_RACECHECK)
+  if(FA_CPU_RACECHECK)
     list(APPEND options "-fsanitize=thread;-g1;-gdwarf-4")
+    if(ARG_NO_RACECHECK)  # global memory is checked all the same (racecheck.h)
+      list(APPEND options "-DFA_CPU_NO_SHARED_RACECHECK=1")
+    endif()
   endif()
   set_source_files_properties(${generated} PROPERTIES COMPILE_OPTIONS "${options}")
   # #pragma unroll is nvcc's (the CPU compiler unrolls by its own judgement).
@@ -127,35 +133,40 @@ function(fa_kernel_with_bug out)
   set(${out} "${source}" PARENT_SCOPE)
 endfunction()
 
-# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <text> WRONG <text> [CPU_ONLY])
+# fa_add_planted_copy(<id> KERNEL <file.cu> NAMESPACE <ns> RIGHT <text> WRONG <text> [CPU_ONLY]
+#                     [AS <name>])
 #
 # A planted bug for stage <id>'s tests: a copy of KERNEL with the text RIGHT replaced by
-# WRONG and namespace <ns> renamed <ns>::planted, built for each backend (CPU_ONLY: for the
-# CPU backend alone, where the bug shows on every run) as the stage's kernels are, and
-# linked into the stage's test binaries, which must see its checks fail. The copy is made by
+# WRONG and namespace <ns> renamed <ns>::<name> (default: planted), built for each backend
+# (CPU_ONLY: for the CPU backend alone, where the bug shows on every run) as the stage's
+# kernels are, and linked into the stage's test binaries, which must see its checks fail.
+# A stage may have several, each with its own AS name. The copy is made by
 # fa_kernel_with_bug() above.
 function(fa_add_planted_copy id)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "CPU_ONLY" "KERNEL;NAMESPACE;RIGHT;WRONG" "")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "CPU_ONLY" "KERNEL;NAMESPACE;RIGHT;WRONG;AS" "")
   if(NOT FA_BUILD_TESTS)
     return()
   endif()
+  if(NOT ARG_AS)
+    set(ARG_AS planted)
+  endif()
   set(kernel ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_KERNEL})
   fa_kernel_with_bug(source KERNEL ${kernel} RIGHT "${ARG_RIGHT}" WRONG "${ARG_WRONG}")
-  string(REPLACE "namespace ${ARG_NAMESPACE} {" "namespace ${ARG_NAMESPACE}::planted {" source "${source}")
-  string(REPLACE "}  // namespace ${ARG_NAMESPACE}" "}  // namespace ${ARG_NAMESPACE}::planted" source "${source}")
+  string(REPLACE "namespace ${ARG_NAMESPACE} {" "namespace ${ARG_NAMESPACE}::${ARG_AS} {" source "${source}")
+  string(REPLACE "}  // namespace ${ARG_NAMESPACE}" "}  // namespace ${ARG_NAMESPACE}::${ARG_AS}" source "${source}")
   get_filename_component(name ${ARG_KERNEL} NAME_WE)
-  set(planted ${CMAKE_CURRENT_BINARY_DIR}/planted/${name}_planted.cu)
+  set(planted ${CMAKE_CURRENT_BINARY_DIR}/planted/${name}_${ARG_AS}.cu)
   file(WRITE ${planted}.tmp "${source}")
   configure_file(${planted}.tmp ${planted} COPYONLY)  # rewritten only when it changes
   if(FA_HAVE_CPU_BACKEND)
     get_target_property(no_race fa_stage${id}_cpu FA_NO_RACECHECK)
-    fa_cpu_kernel_library(fa_stage${id}_planted_cpu NO_RACECHECK "${no_race}" ${planted})
-    target_link_libraries(test_stage${id}_cpu PRIVATE fa_stage${id}_planted_cpu)
+    fa_cpu_kernel_library(fa_stage${id}_${ARG_AS}_cpu NO_RACECHECK "${no_race}" ${planted})
+    target_link_libraries(test_stage${id}_cpu PRIVATE fa_stage${id}_${ARG_AS}_cpu)
   endif()
   if(FA_HAVE_CUDA AND NOT ARG_CPU_ONLY)
-    add_library(fa_stage${id}_planted_cuda STATIC ${planted})
-    target_link_libraries(fa_stage${id}_planted_cuda PUBLIC fa_runtime_cuda)
-    target_compile_options(fa_stage${id}_planted_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
-    target_link_libraries(test_stage${id}_cuda PRIVATE fa_stage${id}_planted_cuda)
+    add_library(fa_stage${id}_${ARG_AS}_cuda STATIC ${planted})
+    target_link_libraries(fa_stage${id}_${ARG_AS}_cuda PUBLIC fa_runtime_cuda)
+    target_compile_options(fa_stage${id}_${ARG_AS}_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+    target_link_libraries(test_stage${id}_cuda PRIVATE fa_stage${id}_${ARG_AS}_cuda)
   endif()
 endfunction()

@@ -14,15 +14,18 @@ __global__ void barrier_kernel(int* out, int active) {
   if (t >= active) return;  // exited threads no longer count at the barrier
   s[t] = t;
   __syncthreads();
-  out[t] = s[(t + 1) % active];
+  out[blockIdx.x * blockDim.x + t] = s[(t + 1) % active];  // each block its own half
 }
 
 std::vector<int> barrier_with_early_exit(int threads, int active) {
-  DeviceBuffer<int> out(static_cast<size_t>(threads));
+  DeviceBuffer<int> out(2 * static_cast<size_t>(threads));
   out.fill_bytes(0xFF);
   barrier_kernel<<<2, threads>>>(out.data(), active);
   FA_CHECK_LAUNCH("barrier_kernel");
-  return out.download();
+  const std::vector<int> both = out.download();
+  const std::vector<int> first(both.begin(), both.begin() + threads), second(both.begin() + threads, both.end());
+  if (first != second) throw std::runtime_error("barrier_kernel: the two blocks disagree");
+  return first;
 }
 
 __global__ void shuffle_kernel(float* out, int kind, int param, int width) {
@@ -252,6 +255,47 @@ std::vector<float> vector_atomics(int offset) {
   vector_atomics_kernel<<<2, 64>>>(buf.data(), offset);
   FA_CHECK_LAUNCH("vector_atomics_kernel");
   return buf.download();
+}
+
+__global__ void blocks_add_kernel(const float* in, float* sum, int rule) {
+  const int t = threadIdx.x;
+  const float mine = in[blockIdx.x * blockDim.x + t];
+  switch (rule) {
+    case 0: sum[t] += mine; break;              // BUG on purpose: a plain read-modify-write
+    case 1: atomicAdd(&sum[t], mine); break;    // right
+    case 2:                                     // BUG on purpose: block 0 resets what others add to
+      if (blockIdx.x == 0) sum[t] = 0.0f;
+      else atomicAdd(&sum[t], mine);
+      break;
+    case 3: sum[blockIdx.x * blockDim.x + t] = mine; break;  // right: a slot per block
+    case 4:                                     // BUG on purpose: reads another block's slot
+      sum[blockIdx.x * blockDim.x + t] = mine;
+      if (blockIdx.x > 0) sum[blockIdx.x * blockDim.x + t] += sum[t];
+      break;
+    case 5:                                     // BUG on purpose: overwrites an input others read
+      if (blockIdx.x == gridDim.x - 1) const_cast<float*>(in)[t] = 0.0f;
+      break;
+  }
+}
+
+std::vector<float> blocks_add(int rule) {
+  constexpr int kBlocks = 4, kThreads = 32;
+  std::vector<float> host(kBlocks * kThreads);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % kThreads + 1);
+  DeviceBuffer<float> in(host), sum(std::vector<float>(host.size(), 0.0f));
+  blocks_add_kernel<<<kBlocks, kThreads>>>(in.data(), sum.data(), rule);
+  FA_CHECK_LAUNCH("blocks_add_kernel");
+  return sum.download();
+}
+
+std::vector<float> two_launches() {
+  std::vector<float> host(64, 1.0f);
+  DeviceBuffer<float> in(host), sum(std::vector<float>(64, 0.0f));
+  // The second launch reads what the first wrote: the kernel boundary orders them.
+  blocks_add_kernel<<<2, 32>>>(in.data(), sum.data(), 3);
+  blocks_add_kernel<<<2, 32>>>(sum.data(), in.data(), 3);
+  FA_CHECK_LAUNCH("blocks_add_kernel");
+  return in.download();
 }
 
 __global__ void out_of_bounds_kernel(float* out) {

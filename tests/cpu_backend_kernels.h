@@ -28,6 +28,15 @@ void ordering_rule(int rule);
 /// Two blocks of 64 threads add (t, 2t, 3t, 4t) to the float4 at buf + offset and (t, −t)
 /// to the float2 after it (t = threadIdx.x + 1), in an 8-float buffer of ones.
 std::vector<float> vector_atomics(int offset);
+/// Four blocks of 32 threads; thread t of block b has in[32·b + t] = t + 1. Rule 0: each
+/// adds it to sum[t] with a plain +=; 1: with atomicAdd; 2: block 0 sets sum[t] = 0 while
+/// the others add atomically; 3: each writes its own slot sum[32·b + t]; 4: each writes
+/// its slot, then blocks b > 0 add block 0's slot to theirs; 5: the last block zeroes
+/// in[t], which the others read. Rules 1 and 3 are right; the others race between blocks.
+std::vector<float> blocks_add(int rule);
+/// Rule 3 twice, the second launch reading the first's output: right (a kernel's end
+/// orders everything). Returns the second launch's output.
+std::vector<float> two_launches();
 /// Launches with a bad configuration and returns cudaGetLastError() as an int.
 int bad_configuration(int threads, int smem_bytes, bool opt_in);
 

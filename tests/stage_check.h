@@ -21,7 +21,21 @@
 #include "common/verify.h"
 #include "tests/catch.h"
 
+#if FA_CPU_BACKEND
+#include "fa_cpu/scheduler.h"
+#endif
+
 namespace fa::test {
+
+/// Whether kernels run on the CPU backend with its race detector on (built in, and not
+/// turned off with FA_CPU_RACECHECK=0): races then fail the launch with a report.
+inline bool race_detector_on() {
+#if FA_CPU_BACKEND
+  return fa_cpu::racecheck_built() && fa_cpu::options().racecheck;
+#else
+  return false;
+#endif
+}
 
 /// Enqueues one forward pass of the stage under test.
 using StageFn = std::function<void(const AttentionProblem&, const DeviceTensors&)>;

@@ -260,6 +260,58 @@ TEST_CASE("the race detector follows CUDA's ordering rules", "[cpu_backend][race
   REQUIRE_NOTHROW(k::ordering_rule(5));
 }
 
+TEST_CASE("races between blocks in global memory are reported; atomics and kernel boundaries order them",
+          "[cpu_backend][racecheck]") {
+  ShakeGuard guard;
+  fa_cpu::options() = fa_cpu::Options{};
+  // Right: atomics, a slot per block, a second launch reading the first's output.
+  std::vector<float> sum = k::blocks_add(1);
+  for (int t = 0; t < 32; ++t) REQUIRE(sum[t] == 4.0f * static_cast<float>(t + 1));
+  sum = k::blocks_add(3);
+  for (int i = 0; i < 128; ++i) REQUIRE(sum[i] == static_cast<float>(i % 32 + 1));
+  REQUIRE(k::two_launches() == std::vector<float>(64, 1.0f));
+  // Wrong: each names the kind, both blocks, the threads and lines, the buffer and offset.
+  const auto report = [](int rule) {
+    try {
+      k::blocks_add(rule);
+    } catch (const fa_cpu::KernelFault& e) {
+      return std::string(e.what());
+    }
+    return std::string("no report");
+  };
+  const auto line = [](const std::string& text, const std::string& verb) {  // "<verb> at ...kernels.cu:<n>"
+    return std::regex_search(text, std::regex(verb + " at [^\\n]*cpu_backend_kernels\\.cu:[0-9]+"));
+  };
+  std::string r = report(0);
+  INFO(r);
+  REQUIRE_THAT(r, HasSubstring("kernel blocks_add_kernel") &&
+                      HasSubstring("global-memory race between blocks (read after write) at byte 0 of the 512-byte "
+                                   "cudaMalloc buffer passed as argument 2") &&
+                      HasSubstring("block (1,0,0), thread (0,0,0) (warp 0, lane 0) reads at") &&
+                      HasSubstring("block (0,0,0), thread (0,0,0) (warp 0, lane 0) wrote at") &&
+                      HasSubstring("more conflicting accesses"));
+  REQUIRE(line(r, "reads"));
+  REQUIRE(line(r, "wrote"));
+  r = report(2);
+  INFO(r);
+  REQUIRE_THAT(r, HasSubstring("(write after write)") && HasSubstring("adds atomically at"));
+  REQUIRE(line(r, "adds atomically"));
+  REQUIRE(line(r, "wrote"));
+  r = report(4);
+  INFO(r);
+  REQUIRE_THAT(r, HasSubstring("(read after write)") && HasSubstring("block (1,0,0)") && HasSubstring("block (0,0,0)"));
+  r = report(5);
+  INFO(r);
+  REQUIRE_THAT(r, HasSubstring("(write after read) at byte 0 of the 512-byte cudaMalloc buffer passed as argument 1") &&
+                      HasSubstring("block (3,0,0), thread (0,0,0) (warp 0, lane 0) writes at") &&
+                      HasSubstring(", thread (0,0,0) (warp 0, lane 0) read at"));
+  // Off, the plain += runs without a report (and, blocks running one at a time, even adds
+  // up right here: only the detector tells).
+  fa_cpu::options().racecheck = false;
+  sum = k::blocks_add(0);
+  for (int t = 0; t < 32; ++t) REQUIRE(sum[t] == 4.0f * static_cast<float>(t + 1));
+}
+
 namespace {
 // Whether `text` says "<verb> at .../race_probe.cu:<line>" with some line number.
 bool names_line(const std::string& text, const std::string& verb) {

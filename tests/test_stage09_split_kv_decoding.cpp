@@ -22,12 +22,19 @@
 #include "stages/09_split_kv_decoding/split_kv_decoding.h"
 #include "stages/09_split_kv_decoding/tuning.h"
 #include "tests/catch.h"
+#include "tests/stage_check.h"
 
 namespace fa::decode::planted {
 // The planted copy: the merge kernel forgets each sequence's last split when it is partial.
 void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
                const int* kv_lens, void* O, float* lse, void* workspace);
 }  // namespace fa::decode::planted
+
+namespace fa::decode::one_slot {
+// The second planted copy: every split of a row writes its partial result to the same slot.
+void attention(const DecodeProblem& p, const Plan& plan, const void* Q, const void* K, const void* V,
+               const int* kv_lens, void* O, float* lse, void* workspace);
+}  // namespace fa::decode::one_slot
 
 namespace {
 
@@ -234,5 +241,24 @@ TEST_CASE("a merge that drops a sequence's partial last split is caught", "[stag
     INFO(fa::describe(bad.o, fa::decode_output_namer(p, bad.rows)));
     REQUIRE_FALSE(bad.passed());
     require_passed(p, 7, run_and_check(p, 7, 5));
+  }
+}
+
+TEST_CASE("splits that write their partial results to one slot are caught", "[stage09][planted]") {
+  // Two splits of each row write the same workspace slot. On the CPU backend, whose blocks
+  // run one at a time, the race detector reports it (the last split's part wins, and the
+  // merge adds it twice); on a GPU the results are wrong.
+  for (fa::DType dtype : all_dtypes()) {
+    const fa::DecodeProblem p = fa::make_decode_problem(1, 2, 2, 1, 300, {300}, 64, 0.0, false, dtype);
+    const fa::decode::Decoder one_slot{fa::decode::make_plan, fa::decode::one_slot::attention};
+    if (fa::test::race_detector_on()) {
+      REQUIRE_THROWS_WITH(run_and_check(p, 2, 6, 1.0f, one_slot),
+                          fa::test::HasSubstring("global-memory race between blocks (write after write)") &&
+                              fa::test::HasSubstring("split_kv_decoding_one_slot.cu:"));
+    } else {
+      const fa::AttentionCheck bad = run_and_check(p, 2, 6, 1.0f, one_slot);
+      REQUIRE_FALSE(bad.passed());
+    }
+    require_passed(p, 2, run_and_check(p, 2, 6));
   }
 }

@@ -27,6 +27,10 @@ namespace fa::backward::planted {
 // The planted copy: under the causal mask each K/V tile starts one Q tile too late.
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
 }  // namespace fa::backward::planted
+namespace fa::backward::plain_dq {
+// The second planted copy: dQ added with a plain += instead of an atomic.
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+}  // namespace fa::backward::plain_dq
 
 namespace {
 
@@ -154,6 +158,33 @@ TEST_CASE("stage 10: the checks catch a planted bug", "[stage10][planted]") {
   CHECK_FALSE(c.dq.passed());
   CHECK_FALSE(c.dk.passed());
   CHECK_FALSE(c.dv.passed());
+}
+
+TEST_CASE("stage 10: a dQ added without atomics is caught", "[stage10][planted]") {
+  // Many K/V tiles per head, each a block that adds its part to the same dQ rows as the
+  // others. The right kernel passes, dQ checked as closely as always: one lost update is a
+  // tile's whole contribution to an element, far outside the tolerance.
+  const fa::AttentionProblem p =
+      fa::is_cpu_backend() ? fa::make_problem(1, 2, 96, 1024, 64) : fa::make_problem(1, 2, 256, 8192, 64);
+  require_passed(p, run_and_check(p, 8).check);
+  if (fa::is_cpu_backend()) {
+    // Blocks run one at a time here, so no update is lost and the sums come out right:
+    // the race detector must say what a GPU would do.
+    if (!fa::test::race_detector_on()) {
+      WARN("the race detector is off in this build: the plain dQ cannot be caught here");
+      return;
+    }
+    REQUIRE_THROWS_WITH(run_and_check(p, 8, 1.0f, fa::backward::plain_dq::attention_backward),
+                        fa::test::HasSubstring("global-memory race between blocks") &&
+                            fa::test::HasSubstring("backward_attention_plain_dq.cu:") &&
+                            fa::test::HasSubstring("passed as argument"));
+  } else {
+    // On a GPU, blocks of one head add to the same rows at the same time and updates are lost.
+    const fa::GradientCheck c = run_and_check(p, 8, 1.0f, fa::backward::plain_dq::attention_backward).check;
+    CHECK_FALSE(c.dq.passed());
+    CHECK(c.dk.passed());
+    CHECK(c.dv.passed());
+  }
 }
 
 // Each variant of tuning.h undoes one step of LOG.md; each must still compute the gradients:

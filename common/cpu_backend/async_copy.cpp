@@ -50,6 +50,7 @@ void cp_async(void* dst, const void* src, std::size_t bytes, std::size_t src_byt
     throw std::runtime_error("cp.async: addresses must be aligned to the copy size (" + std::to_string(bytes) + ")");
   }
   Copy c{dst, bytes, {}, __builtin_return_address(0)};
+  if (src_bytes) race::access(src, src_bytes, false, c.pc);  // a read of global memory, now
   std::memcpy(c.data, src, src_bytes);  // the rest stays zero
   mine().open.push_back(c);
 }

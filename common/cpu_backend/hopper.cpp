@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "cuda.h"
 #include "fa_cpu/scheduler.h"
+#include "racecheck.h"
 
 namespace fa_cpu {
 
@@ -414,6 +415,7 @@ void named_barrier(int id, int threads, bool wait, const char* file, int line) {
 }
 
 void tma_load(void* dst, const void* map, void* bar, const int* coords, int rank) {
+  const void* pc = __builtin_return_address(0);  // the kernel code that issued it (race reports)
   TensorMapRecord m;
   std::memcpy(&m, map, sizeof m);
   if (m.magic != kMapMagic) throw std::runtime_error("cp.async.bulk.tensor: the tensor map was not made by cuTensorMapEncodeTiled");
@@ -461,6 +463,7 @@ void tma_load(void* dst, const void* map, void* bar, const int* coords, int rank
       offset += static_cast<std::size_t>(inside ? x : 0) * (i == 0 ? m.element_bytes : m.strides[i - 1]);
     }
     const std::uint32_t to = swizzle(d + static_cast<std::uint32_t>(e * m.element_bytes), m.swizzle) - d;
+    if (inside) race::access(m.address + offset, m.element_bytes, false, pc);  // a read of global memory
     std::memcpy(copy.image.data() + to, inside ? m.address + offset : fill.data(), m.element_bytes);
     for (int i = 0; i < rank && ++at[i] == m.box[i]; ++i) at[i] = 0;
   }

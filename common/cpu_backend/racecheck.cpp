@@ -1,6 +1,6 @@
-// CPU backend: the shared-memory race detector (see racecheck.h for the rule).
+// CPU backend: the race detector (see racecheck.h for the rules).
 //
-// Happens-before is tracked with two clocks, because only two kinds of barrier exist:
+// Shared memory. Happens-before is tracked with two clocks, because only two kinds of barrier exist:
 // - a generation, bumped at every __syncthreads() and every new block: an access from
 //   an earlier generation is ordered before everything that follows;
 // - within a generation, a per-warp clock bumped at every __syncwarp, and for each lane
@@ -11,6 +11,11 @@
 // fences, code address) and its reads since then, FastTrack-style: one reader, several
 // lanes of one warp (their clocks kept per lane), or several warps (every write in the
 // same generation then races with one of them).
+//
+// Global memory. Each 2-byte granule of a cudaMalloc'd buffer has a shadow cell (made the
+// first time a launch touches the buffer): the launch that last touched it, the block that
+// last wrote it (and whether atomically), and up to two blocks that read it since. Two
+// readers from different blocks are enough: any later writer differs from one of them.
 #include "racecheck.h"
 
 #include <dlfcn.h>
@@ -23,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fa_cpu/scheduler.h"
@@ -64,6 +70,26 @@ struct Race {
   const void* other_pc = nullptr;
   std::string region;
   std::size_t offset = 0;
+  // Global memory: the blocks (linear), whether each access was atomic, the buffer.
+  bool global = false;
+  std::uint32_t block = 0, other_block = 0;
+  bool atomic = false, other_atomic = false;
+  std::size_t buffer_bytes = 0;
+};
+
+constexpr std::uint16_t kNone16 = 0xFFFF;
+
+struct GlobalCell {
+  std::uint32_t launch = 0;                   // the launch these fields belong to (else empty)
+  std::uint32_t writer = 0, reader = 0, reader2 = 0;  // blocks (linear + 1; 0 = none)
+  std::uint16_t wthread = 0, rthread = 0, r2thread = 0;
+  std::uint16_t wpc = kNone16, rpc = kNone16, r2pc = kNone16;  // code addresses (interned)
+  bool watomic = false;
+};
+
+struct Buffer {
+  std::uintptr_t lo = 0, hi = 0;
+  std::vector<GlobalCell> cells;  // made when a checked launch first touches the buffer
 };
 
 struct State {
@@ -77,6 +103,15 @@ struct State {
   std::vector<Region> statics;           // sorted by address
   std::uintptr_t static_lo = UINTPTR_MAX, static_hi = 0;
   Region dynamic;
+  bool shared = true;  // the shared-memory rules apply to this launch
+  // Global memory.
+  std::vector<Buffer> buffers;  // sorted by address
+  std::uintptr_t buffers_lo = UINTPTR_MAX, buffers_hi = 0;
+  std::uint32_t launch = 0;     // counts checked launches
+  std::uint32_t block = 0;      // the running block, linear + 1
+  std::vector<const void*> pointers;  // the launch's pointer arguments
+  std::vector<const void*> pcs;       // interned code addresses
+  std::unordered_map<const void*, std::uint16_t> pc_index;
   bool found = false;
   Race first;
   long more = 0;
@@ -183,11 +218,106 @@ Region* find_region(State& s, std::uintptr_t a) {
   return a < it->hi ? &*it : nullptr;
 }
 
-inline void hook(const void* address, std::size_t bytes, bool write, const void* pc) {
+// ---- global memory -----------------------------------------------------------------------
+std::uint16_t intern(State& s, const void* pc) {
+  auto it = s.pc_index.find(pc);
+  if (it != s.pc_index.end()) return it->second;
+  if (s.pcs.size() >= kNone16) return kNone16;
+  const auto i = static_cast<std::uint16_t>(s.pcs.size());
+  s.pcs.push_back(pc);
+  s.pc_index.emplace(pc, i);
+  return i;
+}
+
+const void* pc_of(const State& s, std::uint16_t i) { return i < s.pcs.size() ? s.pcs[i] : nullptr; }
+
+Buffer* find_buffer(State& s, std::uintptr_t a) {
+  if (a < s.buffers_lo || a >= s.buffers_hi) return nullptr;
+  auto it = std::upper_bound(s.buffers.begin(), s.buffers.end(), a,
+                             [](std::uintptr_t x, const Buffer& b) { return x < b.lo; });
+  if (it == s.buffers.begin()) return nullptr;
+  --it;
+  return a < it->hi ? &*it : nullptr;
+}
+
+void report_global(State& s, const char* kind, bool write, bool atomic, const void* pc, std::uint32_t other_block,
+                   int other_thread, bool other_write, bool other_atomic, const void* other_pc, const Buffer& b,
+                   std::uintptr_t at) {
+  if (s.found) {
+    ++s.more;
+    return;
+  }
+  s.found = true;
+  Race r;
+  r.kind = kind;
+  r.global = true;
+  r.thread = g_current, r.other = other_thread;
+  r.write = write, r.other_write = other_write;
+  r.atomic = atomic, r.other_atomic = other_atomic;
+  r.pc = pc, r.other_pc = other_pc;
+  r.block = s.block - 1, r.other_block = other_block - 1;
+  r.buffer_bytes = b.hi - b.lo;
+  r.offset = at - b.lo;
+  for (std::size_t i = 0; i < s.pointers.size(); ++i) {
+    if (s.pointers[i] == reinterpret_cast<const void*>(b.lo)) {
+      r.region = "argument " + std::to_string(i + 1);
+      break;
+    }
+  }
+  s.first = r;
+}
+
+// `kind`: 0 a plain read, 1 a plain write, 2 an atomic read-modify-write.
+void on_global(State& s, Buffer& b, std::uintptr_t a, std::size_t bytes, int kind, const void* pc) {
+  if (b.cells.empty()) b.cells.resize((b.hi - b.lo + kGranule - 1) / kGranule);
+  const std::uint32_t me = s.block;
+  const bool write = kind != 0, atomic = kind == 2;
+  const std::uint16_t pci = intern(s, pc);
+  const auto thread = static_cast<std::uint16_t>(g_current);
+  const std::size_t first = (a - b.lo) / kGranule;
+  const std::size_t last = std::min((a + bytes - 1 - b.lo) / kGranule, b.cells.size() - 1);
+  for (std::size_t i = first; i <= last; ++i) {
+    GlobalCell& c = b.cells[i];
+    const std::uintptr_t at = b.lo + i * kGranule;
+    if (c.launch != s.launch) c = GlobalCell{}, c.launch = s.launch;
+    // Another block's write races with anything but an atomic against an atomic.
+    if (c.writer && c.writer != me && !(atomic && c.watomic)) {
+      report_global(s, write ? "write after write" : "read after write", write, atomic, pc, c.writer, c.wthread,
+                    true, c.watomic, pc_of(s, c.wpc), b, at);
+    }
+    if (!write) {
+      if (!c.reader || c.reader == me) {
+        c.reader = me, c.rthread = thread, c.rpc = pci;
+      } else if (!c.reader2) {
+        c.reader2 = me, c.r2thread = thread, c.r2pc = pci;
+      }
+      continue;
+    }
+    // A write (plain or atomic) races with another block's plain read.
+    if (c.reader && c.reader != me) {
+      report_global(s, "write after read", true, atomic, pc, c.reader, c.rthread, false, false, pc_of(s, c.rpc), b, at);
+    } else if (c.reader2 && c.reader2 != me) {
+      report_global(s, "write after read", true, atomic, pc, c.reader2, c.r2thread, false, false, pc_of(s, c.r2pc), b,
+                    at);
+    }
+    c.writer = me, c.wthread = thread, c.wpc = pci, c.watomic = atomic;
+    c.reader = c.reader2 = 0;
+  }
+}
+
+inline void hook_kind(const void* address, std::size_t bytes, int kind, const void* pc) {
   if (g_current < 0) return;  // host code, or checking is off
   State& s = state();
   const auto a = reinterpret_cast<std::uintptr_t>(address);
-  if (Region* r = find_region(s, a)) on_access(s, *r, a, bytes, write, pc);
+  if (Region* r = find_region(s, a)) {
+    if (s.shared && kind != 2) on_access(s, *r, a, bytes, kind == 1, pc);  // shared atomics are exempt
+  } else if (Buffer* b = find_buffer(s, a)) {
+    on_global(s, *b, a, bytes, kind, pc);
+  }
+}
+
+inline void hook(const void* address, std::size_t bytes, bool write, const void* pc) {
+  hook_kind(address, bytes, write ? 1 : 0, pc);
 }
 
 // "file.cu:123" for a code address, from the debug line table (addr2line), or the
@@ -223,6 +353,12 @@ std::string who(int linear) {
          ") (warp " + std::to_string(linear / 32) + ", lane " + std::to_string(linear % 32) + ")";
 }
 
+std::string which_block(std::uint32_t linear) {
+  const unsigned x = fa_cpu_gridDim.x, y = fa_cpu_gridDim.y;
+  return "block (" + std::to_string(linear % x) + "," + std::to_string(linear / x % y) + "," +
+         std::to_string(linear / (x * y)) + ")";
+}
+
 }  // namespace
 
 bool built() {
@@ -233,14 +369,21 @@ bool built() {
 #endif
 }
 
-void launch_begins(bool enabled, int threads, const void* dynamic_smem, std::size_t dynamic_bytes) {
+void launch_begins(bool enabled, bool shared, int threads, const void* dynamic_smem, std::size_t dynamic_bytes,
+                   const void* const* pointers, int count) {
   State& s = state();
   s.enabled = enabled && built();
+  s.shared = shared;
   s.threads = threads;
   s.found = false;
   s.more = 0;
   g_current = -1;
   if (!s.enabled) return;
+  if (++s.launch == 0) {  // the counter wrapped: forget every cell, so none looks current
+    for (Buffer& b : s.buffers) std::fill(b.cells.begin(), b.cells.end(), GlobalCell{});
+    s.launch = 1;
+  }
+  s.pointers.assign(pointers, pointers + count);
   s.warp_time.assign(static_cast<std::size_t>((threads + 31) / 32), 0);
   s.know.assign(static_cast<std::size_t>(threads) * 32, 0);
   s.fences.assign(static_cast<std::size_t>(threads), 0);
@@ -260,6 +403,7 @@ void launch_ends() {
 void block_begins() {
   State& s = state();
   if (!s.enabled) return;
+  s.block = 1 + fa_cpu_blockIdx.x + fa_cpu_gridDim.x * (fa_cpu_blockIdx.y + fa_cpu_gridDim.y * fa_cpu_blockIdx.z);
   new_generation(s);
   std::fill(s.warp_time.begin(), s.warp_time.end(), 0);
   std::fill(s.know.begin(), s.know.end(), 0);
@@ -311,11 +455,56 @@ void add_region(const void* address, std::size_t bytes, const char* name) {
 
 void access(const void* address, std::size_t bytes, bool write, const void* pc) { hook(address, bytes, write, pc); }
 
+void atomic_access(const void* address, std::size_t bytes, const void* pc) { hook_kind(address, bytes, 2, pc); }
+
+void add_buffer(const void* address, std::size_t bytes) {
+  if (!built() || bytes == 0 || bytes > kMaxTrackedBytes) return;
+  State& s = state();
+  Buffer b;
+  b.lo = reinterpret_cast<std::uintptr_t>(address);
+  b.hi = b.lo + bytes;
+  auto at = std::upper_bound(s.buffers.begin(), s.buffers.end(), b.lo,
+                             [](std::uintptr_t x, const Buffer& q) { return x < q.lo; });
+  s.buffers.insert(at, std::move(b));
+  s.buffers_lo = s.buffers.front().lo;
+  s.buffers_hi = 0;
+  for (const Buffer& q : s.buffers) s.buffers_hi = std::max(s.buffers_hi, q.hi);
+}
+
+void remove_buffer(const void* address) {
+  State& s = state();
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  auto it = std::find_if(s.buffers.begin(), s.buffers.end(), [a](const Buffer& b) { return b.lo == a; });
+  if (it == s.buffers.end()) return;
+  s.buffers.erase(it);
+  s.buffers_lo = s.buffers.empty() ? UINTPTR_MAX : s.buffers.front().lo;
+  s.buffers_hi = 0;
+  for (const Buffer& q : s.buffers) s.buffers_hi = std::max(s.buffers_hi, q.hi);
+}
+
 bool pending() { return state().found; }
 
 std::string take_report() {
   State& s = state();
   const Race& r = s.first;
+  if (r.global) {
+    const auto verb = [](bool write, bool atomic, bool past) {
+      return std::string(atomic ? (past ? " added atomically" : " adds atomically")
+                                : write ? (past ? " wrote" : " writes") : (past ? " read" : " reads"));
+    };
+    std::string text = std::string("global-memory race between blocks (") + r.kind + ") at byte " +
+                       std::to_string(r.offset) + " of the " + std::to_string(r.buffer_bytes) +
+                       "-byte cudaMalloc buffer" + (r.region.empty() ? "" : " passed as " + r.region) + "\n    " +
+                       which_block(r.block) + ", " + who(r.thread) + verb(r.write, r.atomic, false) + " at " +
+                       source_line(r.pc) + "\n    " + which_block(r.other_block) + ", " + who(r.other) +
+                       verb(r.other_write, r.other_atomic, true) + " at " + source_line(r.other_pc) +
+                       "\n    blocks of one launch are not ordered with each other: a value that several blocks "
+                       "update needs an atomic, or a separate kernel to combine their parts";
+    if (s.more) text += "\n    (" + std::to_string(s.more) + " more conflicting accesses in this block)";
+    s.found = false;
+    s.more = 0;
+    return text;
+  }
   const std::string where = r.region.rfind("extern", 0) == 0 ? r.region : "__shared__ " + r.region;
   std::string text = std::string("shared-memory race (") + r.kind + ") at byte " + std::to_string(r.offset) + " of " +
                      where + "\n    " +

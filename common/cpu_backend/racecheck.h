@@ -1,6 +1,7 @@
-// CPU backend internals: the shared-memory race detector (racecheck.cpp), called by the
-// scheduler at the events that order memory between CUDA threads.
+// CPU backend internals: the race detector (racecheck.cpp), called by the scheduler at
+// the events that order memory between CUDA threads.
 //
+// Shared memory, within a block:
 // The rule it checks is CUDA's, not the fiber schedule's: a thread's shared-memory
 // access is ordered before another thread's only by a barrier both take part in
 // (__syncthreads, or __syncwarp with both lanes in the mask), directly or through a
@@ -9,11 +10,19 @@
 // order between them, are a race. Shuffles, votes and matrix instructions synchronise
 // lanes but order no memory, so they do not count.
 //
+// Global memory, between blocks: blocks of one launch are not ordered with each other at
+// all (only the kernel's end orders them), so two blocks that touch the same bytes of a
+// cudaMalloc'd buffer, at least one of them with a plain write, race. Atomic
+// read-modify-writes do not race with each other, but do with another block's plain
+// loads and stores of the same bytes. (Orderings built from __threadfence() and a flag
+// polled by another block are not modelled; no stage uses one.) Accesses within one
+// block are left to the shared-memory rules' intent and not checked in global memory.
+//
 // The accesses come from the compiler: kernel files are built with GCC's or Clang's
 // ThreadSanitizer instrumentation (-fsanitize=thread at compile time only), which calls
 // __tsan_read4(addr) and friends before every load and store. ThreadSanitizer's own
 // runtime is not linked: racecheck.cpp defines those functions itself and looks only at
-// addresses inside the block's shared memory.
+// addresses inside the block's shared memory and inside cudaMalloc'd buffers.
 #pragma once
 
 #include <cstddef>
@@ -25,12 +34,16 @@ namespace fa_cpu::race {
 bool built();
 
 /// A launch starts: `threads` per block, the dynamic shared memory buffer. `enabled`
-/// turns checking on for this launch.
-void launch_begins(bool enabled, int threads, const void* dynamic_smem, std::size_t dynamic_bytes);
+/// turns checking on for this launch; `shared` the shared-memory rules (off for kernels
+/// whose barriers the detector does not model: mbarriers); `pointers` are the kernel's
+/// arguments that are pointers (null for the others), to name a buffer in a report.
+void launch_begins(bool enabled, bool shared, int threads, const void* dynamic_smem, std::size_t dynamic_bytes,
+                   const void* const* pointers, int count);
 /// The launch is over (normally or by a fault).
 void launch_ends();
-/// A new block starts: nothing it does is ordered with the previous block's accesses
-/// to the same shared memory, because that block has finished.
+/// A new block starts (fa_cpu_blockIdx is set): nothing it does is ordered with the
+/// previous block's accesses to the same shared memory, because that block has finished;
+/// its global accesses race with those of every other block of the launch.
 void block_begins();
 /// `thread` (linear id) runs from now on; -1 while the scheduler runs.
 void set_current(int thread);
@@ -43,11 +56,21 @@ void fence();
 /// A static __shared__ variable (registered once, the first time its kernel runs).
 void add_region(const void* address, std::size_t bytes, const char* name);
 /// An access by the running thread that the compiler cannot see (ldmatrix's row reads,
-/// done by the backend): `pc` is the kernel code's address that issued it.
+/// cp.async's and TMA's copies, done by the backend): `pc` is the kernel code's address
+/// that issued it.
 void access(const void* address, std::size_t bytes, bool write, const void* pc);
+/// An atomic read-modify-write by the running thread (kernel.h's atomics).
+void atomic_access(const void* address, std::size_t bytes, const void* pc);
+
+/// A buffer of global memory (cudaMalloc): its accesses are checked for races between
+/// blocks. Buffers over kMaxTrackedBytes are not (the shadow would be 16 times as big).
+void add_buffer(const void* address, std::size_t bytes);
+/// The buffer is freed.
+void remove_buffer(const void* address);
+constexpr std::size_t kMaxTrackedBytes = std::size_t{64} << 20;
 
 /// Whether the block that just ran had a race; if so, the report (both accesses with
-/// their source lines, the threads, the variable and offset).
+/// their source lines, the threads and blocks, the variable or buffer and the offset).
 bool pending();
 std::string take_report();
 

@@ -12,6 +12,7 @@
 #include "cuda.h"
 #include "cuda_runtime.h"
 #include "fa_cpu/scheduler.h"
+#include "racecheck.h"
 #include "runtime_state.h"
 
 /// What a cudaEvent_t points to.
@@ -78,12 +79,14 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
     return fail(cudaErrorMemoryAllocation);
   }
   fa_cpu::g_allocations.insert(*ptr);
+  fa_cpu::race::add_buffer(*ptr, bytes);  // checked for races between blocks
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
   if (fa_cpu::g_allocations.erase(ptr) == 0) return fail(cudaErrorInvalidDevicePointer);
+  fa_cpu::race::remove_buffer(ptr);
   std::free(ptr);
   return cudaSuccess;
 }

@@ -605,6 +605,8 @@ std::size_t dynamic_shared_bytes() { return g_block && g_dynamic_smem ? g_block-
 
 void fence() { race::fence(); }
 
+void note_atomic(const void* address, std::size_t bytes, const void* pc) { race::atomic_access(address, bytes, pc); }
+
 bool racecheck_built() { return race::built(); }
 
 SharedRegion::SharedRegion(void* address, std::size_t bytes, const char* name) {
@@ -662,7 +664,8 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
       race::launch_ends();
     }
   } reset;
-  race::launch_begins(options().racecheck, static_cast<int>(threads), g_dynamic_smem, c.smem);
+  race::launch_begins(options().racecheck, c.shared_racecheck, static_cast<int>(threads), g_dynamic_smem, c.smem,
+                     c.pointers, c.arguments);
   g_block = &b;
   for (unsigned z = 0; z < c.grid.z; ++z) {
     for (unsigned y = 0; y < c.grid.y; ++y) {

@@ -11,8 +11,8 @@
  * - __syncthreads, __syncwarp, shuffles, votes: rendezvous in the fiber scheduler;
  *   ldmatrix and mma.sync too (fa_cpu/warp_matrix.h), through the PTX wrappers.
  * - Math functions are the host's (expf, exp2f, ...); fast intrinsics (__expf) map to
- *   the accurate functions. Atomics are plain read-modify-writes: only one fiber runs
- *   at a time.
+ *   the accurate functions. Atomics are plain read-modify-writes (only one fiber runs
+ *   at a time) that the race detector knows as atomics.
  */
 #pragma once
 
@@ -97,6 +97,14 @@ T* dynamic_shared() {
 
 // The launch: kernel<<<grid, block, smem, stream>>>(args) is rewritten to
 // ::fa_cpu::launch(kernel, "kernel", __FILE__, __LINE__, grid, block, smem, stream)(args).
+// Notes a kernel argument in the launch's list: its address if it is a pointer.
+template <typename T>
+void note_argument(LaunchConfig& c, const T& value) {
+  if (c.arguments >= LaunchConfig::kMaxArguments) return;
+  if constexpr (std::is_pointer<T>::value) c.pointers[c.arguments] = static_cast<const void*>(value);
+  ++c.arguments;
+}
+
 template <typename... Params>
 struct Launch {
   void (*kernel)(Params...);
@@ -105,18 +113,28 @@ struct Launch {
   void operator()(Args&&... args) const {
     static_assert(sizeof...(Args) == sizeof...(Params), "wrong number of kernel arguments");
     // Arguments are converted once, like CUDA copies them into the parameter space.
-    auto call = [k = kernel, params = std::make_tuple(static_cast<std::decay_t<Params>>(args)...)] {
-      std::apply(k, params);
-    };
-    run_kernel(config, call);
+    const auto params = std::make_tuple(static_cast<std::decay_t<Params>>(args)...);
+    LaunchConfig c = config;
+    std::apply([&c](const auto&... p) { (note_argument(c, p), ...); }, params);
+    auto call = [k = kernel, &params] { std::apply(k, params); };
+    run_kernel(c, call);
   }
 };
+
+// Kernel files whose barriers the race detector does not model (mbarriers) are built
+// with FA_CPU_NO_SHARED_RACECHECK: their launches are checked in global memory only.
+#ifdef FA_CPU_NO_SHARED_RACECHECK
+constexpr bool kSharedRacecheck = false;
+#else
+constexpr bool kSharedRacecheck = true;
+#endif
 
 template <typename... Params>
 Launch<Params...> launch(void (*kernel)(Params...), const char* name, const char* file, int line,
                          dim3 grid, dim3 block, std::size_t smem = 0, cudaStream_t = nullptr) {
-  return Launch<Params...>{kernel, LaunchConfig{grid, block, smem, reinterpret_cast<const void*>(kernel),
-                                                name, file, line}};
+  LaunchConfig c{grid, block, smem, reinterpret_cast<const void*>(kernel), name, file, line};
+  c.shared_racecheck = kSharedRacecheck;
+  return Launch<Params...>{kernel, c};
 }
 
 }  // namespace fa_cpu
@@ -149,16 +167,25 @@ inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
 template <typename A, typename B>
 inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
 
-// Atomics: one fiber runs at a time, so a plain read-modify-write is atomic.
-template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+// Atomics: one fiber runs at a time, so a plain read-modify-write is atomic. Each is a
+// real call, outside the race detector's instrumentation, and tells the detector itself
+// that an atomic touched the bytes (atomics race only with other blocks' plain accesses).
+#if defined(__GNUC__) || defined(__clang__)
+#define FA_CPU_ATOMIC __attribute__((noinline, no_sanitize("thread")))
+#else
+#define FA_CPU_ATOMIC
+#endif
+#define FA_CPU_NOTE_ATOMIC(p, bytes) ::fa_cpu::note_atomic(p, bytes, __builtin_return_address(0))
+template <typename T> FA_CPU_ATOMIC T atomicAdd(T* p, T v) { FA_CPU_NOTE_ATOMIC(p, sizeof(T)); T old = *p; *p = old + v; return old; }
 /// float2 and float4 atomicAdd (compute capability 9.0, global memory): each element is
 /// added atomically on its own, and the address must be aligned to the vector's size, or
 /// the GPU faults; so does this emulation.
 template <typename V>
-inline V atomic_add_vector(V* p, V v) {
+FA_CPU_ATOMIC V atomic_add_vector(V* p, V v, const void* pc) {
   if (reinterpret_cast<std::uintptr_t>(p) % sizeof(V) != 0) {
     throw std::runtime_error("atomicAdd of a float" + std::to_string(sizeof(V) / 4) + ": misaligned address");
   }
+  ::fa_cpu::note_atomic(p, sizeof(V), pc);
   constexpr std::size_t n = sizeof(V) / sizeof(float);
   const V old = *p;
   float sum[n], add[n];
@@ -168,11 +195,12 @@ inline V atomic_add_vector(V* p, V v) {
   std::memcpy(p, sum, sizeof(V));
   return old;
 }
-inline float2 atomicAdd(float2* p, float2 v) { return atomic_add_vector(p, v); }
-inline float4 atomicAdd(float4* p, float4 v) { return atomic_add_vector(p, v); }
-template <typename T> inline T atomicSub(T* p, T v) { T old = *p; *p = old - v; return old; }
-template <typename T> inline T atomicMax(T* p, T v) { T old = *p; if (old < v) *p = v; return old; }
-template <typename T> inline T atomicMin(T* p, T v) { T old = *p; if (v < old) *p = v; return old; }
-template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
-template <typename T> inline T atomicCAS(T* p, T compare, T v) { T old = *p; if (old == compare) *p = v; return old; }
+FA_CPU_ATOMIC inline float2 atomicAdd(float2* p, float2 v) { return atomic_add_vector(p, v, __builtin_return_address(0)); }
+FA_CPU_ATOMIC inline float4 atomicAdd(float4* p, float4 v) { return atomic_add_vector(p, v, __builtin_return_address(0)); }
+template <typename T> FA_CPU_ATOMIC T atomicSub(T* p, T v) { FA_CPU_NOTE_ATOMIC(p, sizeof(T)); T old = *p; *p = old - v; return old; }
+template <typename T> FA_CPU_ATOMIC T atomicMax(T* p, T v) { FA_CPU_NOTE_ATOMIC(p, sizeof(T)); T old = *p; if (old < v) *p = v; return old; }
+template <typename T> FA_CPU_ATOMIC T atomicMin(T* p, T v) { FA_CPU_NOTE_ATOMIC(p, sizeof(T)); T old = *p; if (v < old) *p = v; return old; }
+template <typename T> FA_CPU_ATOMIC T atomicExch(T* p, T v) { FA_CPU_NOTE_ATOMIC(p, sizeof(T)); T old = *p; *p = v; return old; }
+template <typename T> FA_CPU_ATOMIC T atomicCAS(T* p, T compare, T v) { FA_CPU_NOTE_ATOMIC(p, sizeof(T)); T old = *p; if (old == compare) *p = v; return old; }
+#undef FA_CPU_NOTE_ATOMIC
 /// \endcond

@@ -51,6 +51,10 @@ bool racecheck_built();
 /// visible to the rest of the block from now on (for the race detector).
 void fence();
 
+/// An atomic read-modify-write of `bytes` at `address` by the running thread, issued at
+/// kernel code address `pc` (for the race detector: atomics race only with plain accesses).
+void note_atomic(const void* address, std::size_t bytes, const void* pc);
+
 /// One <<<grid, block, smem, stream>>> launch.
 struct LaunchConfig {
   dim3 grid;                  ///< blocks
@@ -60,6 +64,14 @@ struct LaunchConfig {
   const char* name = "";      ///< the kernel's name as written at the launch
   const char* file = "";      ///< the launch's file
   int line = 0;               ///< the launch's line
+  /// Whether the race detector applies its shared-memory rules (false for kernel files
+  /// built with FA_CPU_NO_SHARED_RACECHECK: their barriers are mbarriers, not modelled).
+  bool shared_racecheck = true;
+  /// The kernel's arguments that are pointers, in order (null for the others), so that a
+  /// race report can say which argument a global buffer was passed as.
+  static constexpr int kMaxArguments = 24;
+  const void* pointers[kMaxArguments] = {};
+  int arguments = 0;  ///< how many of `pointers` are filled in
 };
 
 /**
