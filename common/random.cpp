@@ -48,6 +48,14 @@ AttentionInputs random_decode_inputs(const DecodeProblem& p, uint64_t seed, floa
   return in;
 }
 
+void shift_logits(AttentionInputs& in, int64_t dim, float scale, DType t, double logit) {
+  constexpr double kKey = 64.0;
+  const auto query = static_cast<float>(logit / (kKey * static_cast<double>(scale)));
+  for (size_t i = 0; i < in.k.size(); i += static_cast<size_t>(dim)) in.k[i] += static_cast<float>(kKey);
+  for (size_t i = 0; i < in.q.size(); i += static_cast<size_t>(dim)) in.q[i] += query;
+  round_inputs(in, t);
+}
+
 void round_inputs(AttentionInputs& in, DType t) {
   if (t == DType::F32) return;
   for (std::vector<float>* x : {&in.q, &in.k, &in.v}) {

@@ -42,6 +42,17 @@ std::vector<float> random_output_gradient(const AttentionProblem& p, uint64_t se
  */
 AttentionInputs random_decode_inputs(const DecodeProblem& p, uint64_t seed, float magnitude = 1.0f);
 
+/**
+ * Moves every logit of `in` far below zero, to about `logit` (e.g. −300): coordinate 0 of
+ * every key gets +64 and of every query −logit/(64·scale), so scale·q·k ≈ logit, give or
+ * take the rest of the dot product (about ±15). Values are rounded to `t` again. No such
+ * row's softmax changes a kernel that subtracts each row's true maximum, but
+ * exp(s − m) underflows to 0 for every key when m is not a real score: a running maximum
+ * started at 0, or a padded key column of a ragged tile scored 0 instead of −inf. In the
+ * backward pass, exp(0 − lse) of such a padded column overflows to inf.
+ */
+void shift_logits(AttentionInputs& in, int64_t dim, float scale, DType t, double logit);
+
 /// Rounds every value of Q, K and V to the nearest value of type `t` (fp32: unchanged).
 void round_inputs(AttentionInputs& in, DType t);
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -93,7 +94,8 @@ inline const std::vector<std::pair<int64_t, int64_t>>& ragged_lengths() {
 
 /// The battery every attention stage passes, in element type `dtype`: ragged lengths for
 /// every head dim the stage runs (`dims`; empty: all of supported_head_dims()), many heads
-/// and batches, causal (if supported), and large-magnitude logits.
+/// and batches, causal (if supported), rows whose logits are all far below zero, and
+/// large-magnitude logits.
 inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal, DType dtype = DType::F32,
                                   std::vector<int64_t> dims = {}) {
   uint64_t seed = 100;
@@ -118,6 +120,19 @@ inline void check_attention_stage(const StageFn& stage, bool with_lse, bool caus
         const AttentionProblem p = make_problem(2, 2, nq, nkv, runs(64) ? 64 : dims.front(), auto_scale, true, dtype);
         require_passed(p, run_and_check(p, stage, 11, 1.0f, with_lse));
       }
+    }
+  }
+  SECTION("rows whose logits are all far below zero, over ragged key tiles") {
+    // Every logit near −300: exp(s − m) underflows for every key unless m is a real score of
+    // the row (not a running max started at 0, not a padded key scored 0).
+    for (auto [nq, nkv, masked] : std::vector<std::tuple<int64_t, int64_t, bool>>{{70, 257, false}, {100, 100, true}}) {
+      if (masked && !causal) continue;
+      const AttentionProblem p = make_problem(1, 2, nq, nkv, runs(64) ? 64 : dims.front(), auto_scale, masked, dtype);
+      AttentionInputs in = random_inputs(p, ++seed);
+      shift_logits(in, p.dim, p.scale, dtype, -300.0);
+      const StageResult r = run_and_check_inputs(p, in, stage, with_lse);
+      for (float x : r.o) REQUIRE(std::isfinite(x));
+      require_passed(p, r);
     }
   }
   SECTION("large-magnitude logits stay finite and accurate") {

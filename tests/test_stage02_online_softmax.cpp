@@ -91,7 +91,7 @@ TEST_CASE("stage 02 matches the reference for row lengths from 1 to beyond 4096"
 }
 
 TEST_CASE("stage 02: rows with -inf, all -inf, identical values, and +-1e4", "[stage02]") {
-  const int64_t rows = 5, cols = 777;
+  const int64_t rows = 6, cols = 777;
   std::vector<float> x = fa::random_uniform(rows * cols, 3, 5.0f);
   for (int64_t j = 0; j < cols; j += 3) x[static_cast<size_t>(j)] = -kInf;        // row 0: every third -inf
   for (int64_t j = 0; j < cols; ++j) x[static_cast<size_t>(cols + j)] = -kInf;    // row 1: all -inf
@@ -99,6 +99,7 @@ TEST_CASE("stage 02: rows with -inf, all -inf, identical values, and +-1e4", "[s
   for (int64_t j = 0; j < cols; ++j) {                                             // rows 3, 4: +-1e4
     x[static_cast<size_t>(3 * cols + j)] = (j % 2 ? 1e4f : -1e4f) * (1.0f - 1e-3f * static_cast<float>(j % 7));
     x[static_cast<size_t>(4 * cols + j)] = 1e4f - static_cast<float>(j % 5);
+    x[static_cast<size_t>(5 * cols + j)] = -1e4f - static_cast<float>(j % 5);  // row 5: all far below zero
   }
   require_matches_reference(x, rows, cols);
 
@@ -110,6 +111,8 @@ TEST_CASE("stage 02: rows with -inf, all -inf, identical values, and +-1e4", "[s
   REQUIRE(r.m[2] == 7.5f);
   REQUIRE_THAT(r.l[2], WithinAbs(static_cast<double>(cols), 1e-2));
   REQUIRE_THAT(r.p[static_cast<size_t>(2 * cols)], WithinAbs(1.0 / cols, 1e-7));
+  REQUIRE(r.m[5] == -1e4f);  // a real score of the row, not a running max started at 0
+  REQUIRE(r.l[5] >= 1.0f);
 }
 
 TEST_CASE("stage 02 works in place", "[stage02]") {

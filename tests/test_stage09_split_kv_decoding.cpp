@@ -42,11 +42,13 @@ using fa::decode::Decoder;
 constexpr Decoder finished{fa::decode::make_plan, fa::decode::attention};
 
 // One decode step on fresh inputs (seeded), every row and its log-sum-exp checked.
+// A non-zero `logit`: every logit moved to about that value (fa::shift_logits).
 fa::AttentionCheck run_and_check(const fa::DecodeProblem& p, int64_t splits, uint64_t seed, float magnitude = 1.0f,
-                                 Decoder decoder = finished) {
+                                 Decoder decoder = finished, double logit = 0.0) {
   const fa::decode::Plan plan = decoder.make_plan(p, fa::require_device().sm_count, splits);
   if (splits > 0) REQUIRE(plan.splits == std::min(splits, p.longest()));
-  const fa::AttentionInputs in = fa::random_decode_inputs(p, seed, magnitude);
+  fa::AttentionInputs in = fa::random_decode_inputs(p, seed, magnitude);
+  if (logit != 0.0) fa::shift_logits(in, p.dim, p.scale, p.dtype, logit);
   const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, p.dtype);
   const fa::DeviceBuffer<int> lens(std::vector<int>(p.kv_lens.begin(), p.kv_lens.end()));
   fa::DeviceBuffer<unsigned char> o(static_cast<size_t>(p.q_elems()) * fa::dtype_bytes(p.dtype));
@@ -149,6 +151,17 @@ TEST_CASE("stage 09: large logits", "[stage09][large]") {
       const fa::DecodeProblem p = fa::make_decode_problem(2, 4, 1, 2, 900, {900, 333}, d, 0.0, true, dtype);
       const fa::AttentionCheck c = run_and_check(p, 6, 77, 30.0f);
       require_passed(p, 6, c);
+    }
+  }
+}
+
+TEST_CASE("stage 09: rows whose logits are all far below zero, ragged cache lengths", "[stage09][large]") {
+  // Every logit near −300: each split's and each warp's maximum must be a real score of its
+  // keys, or exp(s − m) underflows for all of them; lengths that end inside a tile.
+  for (fa::DType dtype : all_dtypes()) {
+    for (int64_t splits : {int64_t{1}, int64_t{3}}) {
+      const fa::DecodeProblem p = fa::make_decode_problem(3, 2, 1, 2, 700, {700, 37, 1}, 64, 0.0, false, dtype);
+      require_passed(p, splits, run_and_check(p, splits, 78, 1.0f, finished, -300.0));
     }
   }
 }

@@ -46,9 +46,12 @@ struct Run {
 
 // One backward pass on fresh inputs (seeded), every gradient element checked. With
 // `forward_on_device` O and lse come from stage 05's kernel, else from the float64 reference.
+// A non-zero `logit`: every logit moved to about that value (fa::shift_logits).
 Run run_and_check(const fa::AttentionProblem& p, uint64_t seed, float magnitude = 1.0f,
-                  Backward backward = fa::backward::attention_backward, bool forward_on_device = false) {
-  const fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
+                  Backward backward = fa::backward::attention_backward, bool forward_on_device = false,
+                  double logit = 0.0) {
+  fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
+  if (logit != 0.0) fa::shift_logits(in, p.dim, p.scale, p.dtype, logit);
   const std::vector<float> d_o = fa::random_output_gradient(p, seed);
   const auto q_n = static_cast<size_t>(p.q_elems()), kv_n = static_cast<size_t>(p.kv_elems());
   fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(d_o), o(q_n), lse(static_cast<size_t>(p.rows()));
@@ -126,6 +129,24 @@ TEST_CASE("stage 10: large-magnitude logits stay finite and accurate", "[stage10
   for (const std::vector<float>* x : {&r.got.dq, &r.got.dk, &r.got.dv})
     for (float e : *x) REQUIRE(std::isfinite(e));
   require_passed(p, r.check);
+}
+
+TEST_CASE("stage 10: rows whose logits are all far below zero, over ragged key tiles", "[stage10]") {
+  // Every logit near −300, so lse ≈ −300 too: P = exp(S − lse) of a key column past the end
+  // of a ragged tile, were it scored (its zero-filled K gives S = 0), would be e^300 = inf,
+  // and inf·0 would make dQ NaN. O and lse from the reference, then from stage 05's kernel.
+  uint64_t seed = 1200;
+  for (bool on_device : {false, true}) {
+    for (bool causal : {false, true}) {
+      for (int64_t d : {64, 128}) {
+        const fa::AttentionProblem p = fa::make_problem(1, 2, 70, causal ? 70 : 130, d, 0.0, causal);
+        const Run r = run_and_check(p, ++seed, 1.0f, fa::backward::attention_backward, on_device, -300.0);
+        for (const std::vector<float>* x : {&r.got.dq, &r.got.dk, &r.got.dv})
+          for (float e : *x) REQUIRE(std::isfinite(e));
+        require_passed(p, r.check);
+      }
+    }
+  }
 }
 
 TEST_CASE("stage 10: large logits after stage 05's forward kernel", "[stage10]") {
