@@ -92,57 +92,78 @@ inline const std::vector<std::pair<int64_t, int64_t>>& ragged_lengths() {
   return lengths;
 }
 
+/// One case of the standard battery: a problem, how its inputs are drawn, and the group
+/// (a Catch2 section of check_attention_stage) it belongs to.
+struct BatteryCase {
+  std::string group;
+  AttentionProblem p;
+  uint64_t seed = 0;
+  float magnitude = 1.0f;  ///< inputs uniform in [−magnitude, magnitude] (random_inputs)
+  double logit = 0.0;      ///< non-zero: every logit moved to about this value (shift_logits)
+  bool finite = false;     ///< also require every output element finite
+};
+
+/// The groups of the battery, in order.
+inline const std::vector<std::string>& battery_groups() {
+  static const std::vector<std::string> groups = {
+      "ragged lengths and every head dim", "many heads and batches", "causal mask",
+      "rows whose logits are all far below zero, over ragged key tiles",
+      "large-magnitude logits stay finite and accurate"};
+  return groups;
+}
+
 /// The battery every attention stage passes, in element type `dtype`: ragged lengths for
 /// every head dim the stage runs (`dims`; empty: all of supported_head_dims()), many heads
 /// and batches, causal (if supported), rows whose logits are all far below zero, and
 /// large-magnitude logits.
-inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal, DType dtype = DType::F32,
-                                  std::vector<int64_t> dims = {}) {
-  uint64_t seed = 100;
-  const double auto_scale = 0.0;
+inline std::vector<BatteryCase> battery_cases(bool causal, DType dtype, std::vector<int64_t> dims = {}) {
   if (dims.empty()) dims = supported_head_dims();
   const auto runs = [&](int64_t d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
-  SECTION("ragged lengths and every head dim") {
-    for (int64_t d : dims) {
-      for (auto [nq, nkv] : ragged_lengths()) {
-        const AttentionProblem p = make_problem(1, 2, nq, nkv, d, auto_scale, false, dtype);
-        require_passed(p, run_and_check(p, stage, ++seed, 1.0f, with_lse));
-      }
-    }
+  const int64_t d64 = runs(64) ? 64 : dims.front();
+  const std::vector<std::string>& g = battery_groups();
+  std::vector<BatteryCase> cases;
+  uint64_t seed = 100;
+  for (int64_t d : dims) {
+    for (auto [nq, nkv] : ragged_lengths()) cases.push_back({g[0], make_problem(1, 2, nq, nkv, d, 0.0, false, dtype), ++seed});
   }
-  SECTION("many heads and batches") {
-    const AttentionProblem p = make_problem(3, 5, 64, 100, runs(32) ? 32 : dims.front(), auto_scale, false, dtype);
-    require_passed(p, run_and_check(p, stage, 7, 1.0f, with_lse));
-  }
+  cases.push_back({g[1], make_problem(3, 5, 64, 100, runs(32) ? 32 : dims.front(), 0.0, false, dtype), ++seed});
   if (causal) {
-    SECTION("causal mask") {
-      for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 257}, {257, 100}}) {
-        const AttentionProblem p = make_problem(2, 2, nq, nkv, runs(64) ? 64 : dims.front(), auto_scale, true, dtype);
-        require_passed(p, run_and_check(p, stage, 11, 1.0f, with_lse));
+    for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 257}, {257, 100}}) {
+      cases.push_back({g[2], make_problem(2, 2, nq, nkv, d64, 0.0, true, dtype), ++seed});
+    }
+  }
+  // Every logit near −300: exp(s − m) underflows for every key unless m is a real score of
+  // the row (not a running max started at 0, not a padded key scored 0).
+  cases.push_back({g[3], make_problem(1, 2, 70, 257, d64, 0.0, false, dtype), ++seed, 1.0f, -300.0, true});
+  if (causal) cases.push_back({g[3], make_problem(1, 2, 100, 100, d64, 0.0, true, dtype), ++seed, 1.0f, -300.0, true});
+  // Inputs in [-30, 30] at d = 64 give logits in the hundreds: exp() without the max
+  // subtraction would overflow to inf and the output would be NaN. (In fp16 the inputs
+  // stay far below its 65504 limit; the logits are fp32 accumulations.)
+  cases.push_back({g[4], make_problem(1, 2, 100, 257, d64, 0.0, false, dtype), ++seed, 30.0f, 0.0, true});
+  return cases;
+}
+
+/// Runs one case of the battery and REQUIREs that it passed.
+inline void run_battery_case(const BatteryCase& c, const StageFn& stage, bool with_lse) {
+  AttentionInputs in = random_inputs(c.p, c.seed, c.magnitude);
+  if (c.logit != 0.0) shift_logits(in, c.p.dim, c.p.scale, c.p.dtype, c.logit);
+  const StageResult r = run_and_check_inputs(c.p, in, stage, with_lse);
+  if (c.finite) {
+    for (float x : r.o) REQUIRE(std::isfinite(x));
+  }
+  require_passed(c.p, r);
+}
+
+/// The battery (battery_cases), each group a Catch2 section.
+inline void check_attention_stage(const StageFn& stage, bool with_lse, bool causal, DType dtype = DType::F32,
+                                  std::vector<int64_t> dims = {}) {
+  const std::vector<BatteryCase> cases = battery_cases(causal, dtype, std::move(dims));
+  for (const std::string& group : battery_groups()) {
+    SECTION(group) {
+      for (const BatteryCase& c : cases) {
+        if (c.group == group) run_battery_case(c, stage, with_lse);
       }
     }
-  }
-  SECTION("rows whose logits are all far below zero, over ragged key tiles") {
-    // Every logit near −300: exp(s − m) underflows for every key unless m is a real score of
-    // the row (not a running max started at 0, not a padded key scored 0).
-    for (auto [nq, nkv, masked] : std::vector<std::tuple<int64_t, int64_t, bool>>{{70, 257, false}, {100, 100, true}}) {
-      if (masked && !causal) continue;
-      const AttentionProblem p = make_problem(1, 2, nq, nkv, runs(64) ? 64 : dims.front(), auto_scale, masked, dtype);
-      AttentionInputs in = random_inputs(p, ++seed);
-      shift_logits(in, p.dim, p.scale, dtype, -300.0);
-      const StageResult r = run_and_check_inputs(p, in, stage, with_lse);
-      for (float x : r.o) REQUIRE(std::isfinite(x));
-      require_passed(p, r);
-    }
-  }
-  SECTION("large-magnitude logits stay finite and accurate") {
-    // Inputs in [-30, 30] at d = 64 give logits in the hundreds: exp() without the max
-    // subtraction would overflow to inf and the output would be NaN. (In fp16 the
-    // inputs stay far below its 65504 limit; the logits are fp32 accumulations.)
-    const AttentionProblem p = make_problem(1, 2, 100, 257, runs(64) ? 64 : dims.front(), auto_scale, false, dtype);
-    const StageResult r = run_and_check(p, stage, 5, 30.0f, with_lse);
-    for (float x : r.o) REQUIRE(std::isfinite(x));
-    require_passed(p, r);
   }
 }
 
@@ -162,23 +183,21 @@ inline void check_lazy_rescaling(const StageFn& stage, int64_t seq_kv) {
 }
 
 /// Every variant of a stage's typed configuration (StageDemo::variants, the stage's
-/// tuning.h) against the reference, in fp16 at d = 64 and 128: lengths that are not
-/// multiples of a tile and span several, with and without the causal mask, and at d = 128
-/// logits in the thousands, whose maxima move from tile to tile (lazy rescaling at work).
+/// tuning.h) through the whole battery in fp16 at d = 64 and 128 (a variant's code paths are
+/// tested as thoroughly as the finished kernel's), and at d = 128 logits in the thousands,
+/// whose maxima move from tile to tile (lazy rescaling at work).
 inline void check_variants(const std::vector<StageVariant>& variants, bool with_lse) {
   REQUIRE_FALSE(variants.empty());
+  const std::vector<BatteryCase> cases = battery_cases(true, DType::F16, {64, 128});
   for (const StageVariant& v : variants) {
     INFO("variant " << v.name << ": " << v.summary);
     const StageFn run = [&v](const AttentionProblem& p, const DeviceTensors& t) { v.run(p, t, nullptr); };
-    uint64_t seed = 300;
-    for (int64_t d : {64, 128}) {
-      for (bool causal : {false, true}) {
-        const AttentionProblem p = make_problem(1, 2, 200, 333, d, 0.0, causal, DType::F16);
-        require_passed(p, run_and_check(p, run, ++seed, 1.0f, with_lse));
-      }
+    for (const BatteryCase& c : cases) {
+      INFO(c.group);
+      run_battery_case(c, run, with_lse);
     }
     const AttentionProblem p = make_problem(1, 1, 150, 300, 128, 0.0, false, DType::F16);
-    require_passed(p, run_and_check(p, run, ++seed, 30.0f, with_lse));
+    require_passed(p, run_and_check(p, run, 301, 30.0f, with_lse));
   }
 }
 
