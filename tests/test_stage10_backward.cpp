@@ -209,7 +209,8 @@ TEST_CASE("stage 10: a dQ added without atomics is caught", "[stage10][planted]"
 }
 
 // Each variant of tuning.h undoes one step of LOG.md; each must still compute the gradients:
-// ragged lengths that span several tiles, with and without the causal mask, d = 64 and 128.
+// ragged lengths that span several tiles, one query, logits all far below zero, with and
+// without the causal mask, d = 64 and 128.
 TEST_CASE("stage 10: every variant matches the reference", "[stage10][variants]") {
   const std::vector<fa::Variant<fa::backward::BackwardRun>> variants = fa::backward::variants();
   CHECK(variants.size() == std::tuple_size_v<fa::backward::Variants>);
@@ -220,6 +221,11 @@ TEST_CASE("stage 10: every variant matches the reference", "[stage10][variants]"
       for (bool causal : {false, true}) {
         const fa::AttentionProblem p = fa::make_problem(1, 2, 150, 133, d, 0.0, causal);
         require_passed(p, run_and_check(p, ++seed, 1.0f, v.run).check);
+        // Logits all far below zero over a ragged key tile; one query or one key.
+        const fa::AttentionProblem low = fa::make_problem(1, 2, 70, causal ? 70 : 130, d, 0.0, causal);
+        require_passed(low, run_and_check(low, ++seed, 1.0f, v.run, false, -300.0).check);
+        const fa::AttentionProblem one = fa::make_problem(1, 2, 1, causal ? 1 : 257, d, 0.0, causal);
+        require_passed(one, run_and_check(one, ++seed, 1.0f, v.run).check);
       }
     }
   }
