@@ -43,6 +43,14 @@ TEST_CASE("stage 06 refuses fp32 with a clear message", "[stage06]") {
   const fa::AttentionProblem p = fa::make_problem(1, 1, 8, 8, 64);
   REQUIRE_THROWS_WITH(run_stage06(p, fa::DeviceTensors{nullptr, nullptr, nullptr, nullptr}),
                       fa::test::HasSubstring("fp16 or bf16"));
+  // The variants are built for what the tuning runs measured: fp16 at d = 64 and 128.
+  const std::vector<fa::StageVariant> variants = fa::tensor_core::variants();
+  const fa::StageVariant& v = fa::find_variant(variants, "min2", "06_tensor_cores");
+  for (const fa::AttentionProblem& q : {fa::make_problem(1, 1, 8, 8, 32, 0.0, false, fa::DType::F16),
+                                        fa::make_problem(1, 1, 8, 8, 64, 0.0, false, fa::DType::BF16)}) {
+    REQUIRE_THROWS_WITH(v.run(q, fa::DeviceTensors{nullptr, nullptr, nullptr, nullptr}, nullptr),
+                        fa::test::HasSubstring("runs fp16 at d = 64 and 128 only"));
+  }
 }
 
 TEST_CASE("the checks catch a kernel with two lanes of the fragment mapping swapped", "[stage06][planted]") {

@@ -120,6 +120,9 @@ TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[st
   REQUIRE_THROWS_WITH(run_stage08(fa::make_problem(1, 1, 8, 8, 64), none), fa::test::HasSubstring("fp16 or bf16"));
   const fa::AttentionProblem p32 = fa::make_problem(1, 1, 8, 8, 32, 0.0, false, fa::DType::F16);
   REQUIRE_THROWS_WITH(run_stage08(p32, none), fa::test::HasSubstring("head dim 32 is not supported"));
+  // What the demo's description asks of a head dim, too.
+  REQUIRE_THROWS_WITH(fa::hopper::shared_bytes(32), fa::test::HasSubstring("head dim 32 is not supported"));
+  REQUIRE_THROWS_WITH(fa::hopper::block_rows(256), fa::test::HasSubstring("head dim 256 is not supported"));
 }
 
 #if FA_CPU_BACKEND

@@ -42,11 +42,14 @@ using fa::decode::Decoder;
 constexpr Decoder finished{fa::decode::make_plan, fa::decode::attention};
 
 // One decode step on fresh inputs (seeded), every row and its log-sum-exp checked.
-// A non-zero `logit`: every logit moved to about that value (fa::shift_logits).
+// A non-zero `logit`: every logit moved to about that value (fa::shift_logits). With
+// `plan_for`, the plan is made for that problem's (longer) lengths instead of p's.
 fa::AttentionCheck run_and_check(const fa::DecodeProblem& p, int64_t splits, uint64_t seed, float magnitude = 1.0f,
-                                 Decoder decoder = finished, double logit = 0.0) {
-  const fa::decode::Plan plan = decoder.make_plan(p, fa::require_device().sm_count, splits);
-  if (splits > 0) REQUIRE(plan.splits == std::min(splits, p.longest()));
+                                 Decoder decoder = finished, double logit = 0.0,
+                                 const fa::DecodeProblem* plan_for = nullptr) {
+  const fa::DecodeProblem& planned = plan_for ? *plan_for : p;
+  const fa::decode::Plan plan = decoder.make_plan(planned, fa::require_device().sm_count, splits);
+  if (splits > 0) REQUIRE(plan.splits == std::min(splits, planned.longest()));
   fa::AttentionInputs in = fa::random_decode_inputs(p, seed, magnitude);
   if (logit != 0.0) fa::shift_logits(in, p.dim, p.scale, p.dtype, logit);
   const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, p.dtype);
@@ -166,6 +169,16 @@ TEST_CASE("stage 09: rows whose logits are all far below zero, ragged cache leng
   }
 }
 
+TEST_CASE("stage 09: a plan made for longer caches decodes shorter ones", "[stage09][plan]") {
+  // A plan made once for the longest lengths a step may see, then run on shorter caches:
+  // the blocks of chunks past the last sequence's end find no work and write nothing.
+  const fa::DecodeProblem longer = fa::make_decode_problem(2, 2, 2, 1, 700, {700, 300}, 64);
+  const fa::DecodeProblem shorter = fa::make_decode_problem(2, 2, 2, 1, 700, {650, 37}, 64);
+  for (int64_t splits : {int64_t{1}, int64_t{4}}) {
+    require_passed(shorter, splits, run_and_check(shorter, splits, 79, 1.0f, finished, 0.0, &longer));
+  }
+}
+
 TEST_CASE("stage 09's plan: splits from the shape, none left empty", "[stage09][plan]") {
   const fa::DecodeProblem mha = fa::make_decode_problem(1, 32, 32, 1, 32768, {}, 128);
   const fa::decode::Plan a = fa::decode::make_plan(mha, 132);
@@ -220,6 +233,9 @@ TEST_CASE("a decoding problem refuses what it cannot run, with a clear message",
   REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 4, 8, 100, {5}, 64, 0.0, true), HasSubstring("at least Nq"));
   REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 4, 1, 100, {}, 48), HasSubstring("head dim 48"));
   REQUIRE_THROWS_WITH(fa::make_decode_problem(1, 4, 0, 1, 100, {}, 64), HasSubstring("kv-heads must be at least 1"));
+  // 70000 sequences of one split each: more chunks than a grid's y dimension holds (65535).
+  const fa::DecodeProblem many = fa::make_decode_problem(70000, 1, 1, 1, 1, {}, 64);
+  REQUIRE_THROWS_WITH(fa::decode::make_plan(many, 132, 1), HasSubstring("the problem is too large for one grid"));
 }
 
 // Each variant of tuning.h changes one step of LOG.md; each must still decode: one query row

@@ -238,4 +238,9 @@ TEST_CASE("stage 10: every variant matches the reference", "[stage10][variants]"
 TEST_CASE("stage 10: bad input is refused with a message", "[stage10]") {
   const fa::AttentionProblem p = fa::make_problem(1, 1, 4, 4, 64, 0.0, false, fa::DType::F16);
   REQUIRE_THROWS_AS(fa::backward::attention_backward(p, {}, nullptr), fa::InputError);
+  // 2^20 heads of 2^18 keys: 2^32 K/V blocks, more than one grid holds (refused before any
+  // memory is touched).
+  const fa::AttentionProblem huge = fa::make_problem(1024, 1024, 1, int64_t{1} << 18, 64);
+  REQUIRE_THROWS_WITH(fa::backward::attention_backward(huge, {}, nullptr),
+                      fa::test::HasSubstring("the grid would exceed 2^31 - 1 blocks"));
 }
