@@ -67,9 +67,9 @@ struct LaunchConfig {
   /// Whether the race detector applies its shared-memory rules (false for kernel files
   /// built with FA_CPU_NO_SHARED_RACECHECK: their barriers are mbarriers, not modelled).
   bool shared_racecheck = true;
+  static constexpr int kMaxArguments = 24;  ///< arguments past this many are not noted
   /// The kernel's arguments that are pointers, in order (null for the others), so that a
   /// race report can say which argument a global buffer was passed as.
-  static constexpr int kMaxArguments = 24;
   const void* pointers[kMaxArguments] = {};
   int arguments = 0;  ///< how many of `pointers` are filled in
 };
