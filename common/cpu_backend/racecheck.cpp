@@ -92,6 +92,40 @@ struct Buffer {
   std::vector<GlobalCell> cells;  // made when a checked launch first touches the buffer
 };
 
+// Address ranges (Regions or Buffers: members lo and hi) sorted by address, and the span
+// they cover, so that most addresses (the stack's) are rejected by two comparisons.
+template <typename T>
+struct Ranges {
+  std::vector<T> items;
+  std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+
+  T* find(std::uintptr_t a) {
+    if (a < lo || a >= hi) return nullptr;
+    auto it = std::upper_bound(items.begin(), items.end(), a, [](std::uintptr_t x, const T& r) { return x < r.lo; });
+    if (it == items.begin()) return nullptr;
+    --it;
+    return a < it->hi ? &*it : nullptr;
+  }
+  void insert(T r) {
+    auto at = std::upper_bound(items.begin(), items.end(), r.lo, [](std::uintptr_t x, const T& q) { return x < q.lo; });
+    items.insert(at, std::move(r));
+    update_span();
+  }
+  void erase(std::uintptr_t start) {
+    auto it = std::find_if(items.begin(), items.end(), [start](const T& r) { return r.lo == start; });
+    if (it == items.end()) return;
+    items.erase(it);
+    update_span();
+  }
+
+ private:
+  void update_span() {
+    lo = items.empty() ? UINTPTR_MAX : items.front().lo;
+    hi = 0;
+    for (const T& r : items) hi = std::max(hi, r.hi);
+  }
+};
+
 struct State {
   bool enabled = false;
   int threads = 0;
@@ -100,13 +134,11 @@ struct State {
   std::vector<std::uint32_t> know;       // [thread][32]
   std::vector<std::uint32_t> fences;     // per thread
   std::vector<LaneReads> lane_reads;     // pool, emptied at every generation
-  std::vector<Region> statics;           // sorted by address
-  std::uintptr_t static_lo = UINTPTR_MAX, static_hi = 0;
+  Ranges<Region> statics;                // the static __shared__ variables
   Region dynamic;
   bool shared = true;  // the shared-memory rules apply to this launch
   // Global memory.
-  std::vector<Buffer> buffers;  // sorted by address
-  std::uintptr_t buffers_lo = UINTPTR_MAX, buffers_hi = 0;
+  Ranges<Buffer> buffers;       // the cudaMalloc buffers
   std::uint32_t launch = 0;     // counts checked launches
   std::uint32_t block = 0;      // the running block, linear + 1
   std::vector<const void*> pointers;  // the launch's pointer arguments
@@ -210,12 +242,7 @@ void on_access(State& s, Region& r, std::uintptr_t a, std::size_t bytes, bool wr
 
 Region* find_region(State& s, std::uintptr_t a) {
   if (a - s.dynamic.lo < s.dynamic.hi - s.dynamic.lo) return &s.dynamic;
-  if (a < s.static_lo || a >= s.static_hi) return nullptr;
-  auto it = std::upper_bound(s.statics.begin(), s.statics.end(), a,
-                             [](std::uintptr_t x, const Region& r) { return x < r.lo; });
-  if (it == s.statics.begin()) return nullptr;
-  --it;
-  return a < it->hi ? &*it : nullptr;
+  return s.statics.find(a);
 }
 
 // ---- global memory -----------------------------------------------------------------------
@@ -230,15 +257,6 @@ std::uint16_t intern(State& s, const void* pc) {
 }
 
 const void* pc_of(const State& s, std::uint16_t i) { return i < s.pcs.size() ? s.pcs[i] : nullptr; }
-
-Buffer* find_buffer(State& s, std::uintptr_t a) {
-  if (a < s.buffers_lo || a >= s.buffers_hi) return nullptr;
-  auto it = std::upper_bound(s.buffers.begin(), s.buffers.end(), a,
-                             [](std::uintptr_t x, const Buffer& b) { return x < b.lo; });
-  if (it == s.buffers.begin()) return nullptr;
-  --it;
-  return a < it->hi ? &*it : nullptr;
-}
 
 void report_global(State& s, const char* kind, bool write, bool atomic, const void* pc, std::uint32_t other_block,
                    int other_thread, bool other_write, bool other_atomic, const void* other_pc, const Buffer& b,
@@ -311,7 +329,7 @@ inline void hook_kind(const void* address, std::size_t bytes, int kind, const vo
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   if (Region* r = find_region(s, a)) {
     if (s.shared && kind != 2) on_access(s, *r, a, bytes, kind == 1, pc);  // shared atomics are exempt
-  } else if (Buffer* b = find_buffer(s, a)) {
+  } else if (Buffer* b = s.buffers.find(a)) {
     on_global(s, *b, a, bytes, kind, pc);
   }
 }
@@ -380,7 +398,7 @@ void launch_begins(bool enabled, bool shared, int threads, const void* dynamic_s
   g_current = -1;
   if (!s.enabled) return;
   if (++s.launch == 0) {  // the counter wrapped: forget every cell, so none looks current
-    for (Buffer& b : s.buffers) std::fill(b.cells.begin(), b.cells.end(), GlobalCell{});
+    for (Buffer& b : s.buffers.items) std::fill(b.cells.begin(), b.cells.end(), GlobalCell{});
     s.launch = 1;
   }
   s.pointers.assign(pointers, pointers + count);
@@ -446,11 +464,7 @@ void add_region(const void* address, std::size_t bytes, const char* name) {
   r.hi = r.lo + bytes;
   r.name = name;
   r.cells.assign((bytes + kGranule - 1) / kGranule, Cell{});
-  s.static_lo = std::min(s.static_lo, r.lo);
-  s.static_hi = std::max(s.static_hi, r.hi);
-  auto at = std::upper_bound(s.statics.begin(), s.statics.end(), r.lo,
-                             [](std::uintptr_t x, const Region& q) { return x < q.lo; });
-  s.statics.insert(at, std::move(r));
+  s.statics.insert(std::move(r));
 }
 
 void access(const void* address, std::size_t bytes, bool write, const void* pc) { hook(address, bytes, write, pc); }
@@ -459,28 +473,13 @@ void atomic_access(const void* address, std::size_t bytes, const void* pc) { hoo
 
 void add_buffer(const void* address, std::size_t bytes) {
   if (!built() || bytes == 0 || bytes > kMaxTrackedBytes) return;
-  State& s = state();
   Buffer b;
   b.lo = reinterpret_cast<std::uintptr_t>(address);
   b.hi = b.lo + bytes;
-  auto at = std::upper_bound(s.buffers.begin(), s.buffers.end(), b.lo,
-                             [](std::uintptr_t x, const Buffer& q) { return x < q.lo; });
-  s.buffers.insert(at, std::move(b));
-  s.buffers_lo = s.buffers.front().lo;
-  s.buffers_hi = 0;
-  for (const Buffer& q : s.buffers) s.buffers_hi = std::max(s.buffers_hi, q.hi);
+  state().buffers.insert(std::move(b));
 }
 
-void remove_buffer(const void* address) {
-  State& s = state();
-  const auto a = reinterpret_cast<std::uintptr_t>(address);
-  auto it = std::find_if(s.buffers.begin(), s.buffers.end(), [a](const Buffer& b) { return b.lo == a; });
-  if (it == s.buffers.end()) return;
-  s.buffers.erase(it);
-  s.buffers_lo = s.buffers.empty() ? UINTPTR_MAX : s.buffers.front().lo;
-  s.buffers_hi = 0;
-  for (const Buffer& q : s.buffers) s.buffers_hi = std::max(s.buffers_hi, q.hi);
-}
+void remove_buffer(const void* address) { state().buffers.erase(reinterpret_cast<std::uintptr_t>(address)); }
 
 bool pending() { return state().found; }
 
