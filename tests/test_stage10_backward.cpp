@@ -76,6 +76,12 @@ Run run_and_check(const fa::AttentionProblem& p, uint64_t seed, float magnitude 
   return r;
 }
 
+// Every element of dQ, dK and dV is finite.
+void require_finite(const Run& r) {
+  for (const std::vector<float>* x : {&r.got.dq, &r.got.dk, &r.got.dv})
+    for (float e : *x) REQUIRE(std::isfinite(e));
+}
+
 void require_passed(const fa::AttentionProblem& p, const fa::GradientCheck& c) {
   INFO(fa::describe(p));
   INFO(fa::describe(c.dq, fa::gradient_namer(p, c.heads, "dQ")));
@@ -126,8 +132,7 @@ TEST_CASE("stage 10: large-magnitude logits stay finite and accurate", "[stage10
   // carries the max, so exp(S − lse) never overflows.
   const fa::AttentionProblem p = fa::make_problem(1, 2, 100, 257, 64);
   const Run r = run_and_check(p, 5, 30.0f);
-  for (const std::vector<float>* x : {&r.got.dq, &r.got.dk, &r.got.dv})
-    for (float e : *x) REQUIRE(std::isfinite(e));
+  require_finite(r);
   require_passed(p, r.check);
 }
 
@@ -141,8 +146,7 @@ TEST_CASE("stage 10: rows whose logits are all far below zero, over ragged key t
       for (int64_t d : {64, 128}) {
         const fa::AttentionProblem p = fa::make_problem(1, 2, 70, causal ? 70 : 130, d, 0.0, causal);
         const Run r = run_and_check(p, ++seed, 1.0f, fa::backward::attention_backward, on_device, -300.0);
-        for (const std::vector<float>* x : {&r.got.dq, &r.got.dk, &r.got.dv})
-          for (float e : *x) REQUIRE(std::isfinite(e));
+        require_finite(r);
         require_passed(p, r.check);
       }
     }
