@@ -298,6 +298,49 @@ std::vector<float> two_launches() {
   return in.download();
 }
 
+// Each block fills its static and dynamic shared memory with its own numbers, then stores
+// to global memory (where, with blocks in flight together, another block may run), then
+// reads back a neighbour's entries.
+__global__ void own_shared_kernel(float* scratch, float* out) {
+  __shared__ float fixed[32];
+  extern __shared__ float dynamic[];
+  const int t = threadIdx.x, b = blockIdx.x;
+  fixed[t] = static_cast<float>(b * 100 + t);
+  dynamic[t] = static_cast<float>(b * 1000 + t);
+  __syncthreads();
+  for (int i = 0; i < 4; ++i) scratch[b * 32 + t] = static_cast<float>(i);  // switch points
+  out[b * 32 + t] = fixed[(t + 1) % 32] + dynamic[(t + 1) % 32];
+}
+
+std::vector<float> own_shared(int blocks) {
+  DeviceBuffer<float> scratch(static_cast<size_t>(blocks) * 32), out(static_cast<size_t>(blocks) * 32);
+  own_shared_kernel<<<blocks, 32, 32 * sizeof(float)>>>(scratch.data(), out.data());
+  FA_CHECK_LAUNCH("own_shared_kernel");
+  return out.download();
+}
+
+// Every block stores in a loop; block `bad` then waits at two different barriers, while
+// the other blocks are still in flight.
+__global__ void one_block_faults_kernel(float* scratch, int bad) {
+  const int t = threadIdx.x, b = blockIdx.x;
+  for (int i = 0; i < 8; ++i) scratch[b * 32 + t] = static_cast<float>(i);
+  if (b == bad) {
+    if (t < 16) {
+      __syncthreads();
+    } else {
+      __syncthreads();  // BUG on purpose: a barrier in divergent code
+    }
+  }
+  for (int i = 0; i < 8; ++i) scratch[b * 32 + t] += 1.0f;
+  __syncthreads();
+}
+
+void one_block_faults(int blocks, int bad) {
+  DeviceBuffer<float> scratch(static_cast<size_t>(blocks) * 32);
+  one_block_faults_kernel<<<blocks, 32>>>(scratch.data(), bad);
+  FA_CHECK_LAUNCH("one_block_faults_kernel");
+}
+
 __global__ void out_of_bounds_kernel(float* out) {
   __shared__ float tile[32];
   tile[threadIdx.x] = 1.0f;  // BUG on purpose: 33 threads, 32 slots

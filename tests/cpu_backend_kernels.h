@@ -37,6 +37,12 @@ std::vector<float> blocks_add(int rule);
 /// Rule 3 twice, the second launch reading the first's output: right (a kernel's end
 /// orders everything). Returns the second launch's output.
 std::vector<float> two_launches();
+/// `blocks` blocks of 32 threads: each writes its own numbers to a static and to the
+/// dynamic shared memory, stores to global memory, then reads them back. Returns, per
+/// thread t of block b, b·1100 + 2·((t + 1) mod 32) when every block kept its own.
+std::vector<float> own_shared(int blocks);
+/// Every block stores in a loop, then block `bad` waits at two different barriers (a fault).
+void one_block_faults(int blocks, int bad);
 /// Launches with a bad configuration and returns cudaGetLastError() as an int.
 int bad_configuration(int threads, int smem_bytes, bool opt_in);
 

@@ -38,6 +38,30 @@ inline bool race_detector_on() {
 #endif
 }
 
+/// For its lifetime, on the CPU backend: `blocks` blocks in flight together, taking turns
+/// at every barrier, atomic and global store, with the race detector off
+/// (fa_cpu::Options::blocks_at_once), so that a race between blocks shows as the wrong
+/// numbers a GPU would give. On a GPU, blocks are in flight together anyway: it does nothing.
+class BlocksInFlight {
+ public:
+  explicit BlocksInFlight([[maybe_unused]] int blocks) {
+#if FA_CPU_BACKEND
+    fa_cpu::options().blocks_at_once = blocks;
+    fa_cpu::options().racecheck = false;
+#endif
+  }
+#if FA_CPU_BACKEND
+  ~BlocksInFlight() { fa_cpu::options() = saved_; }
+#endif
+  BlocksInFlight(const BlocksInFlight&) = delete;
+  BlocksInFlight& operator=(const BlocksInFlight&) = delete;
+
+#if FA_CPU_BACKEND
+ private:
+  fa_cpu::Options saved_ = fa_cpu::options();
+#endif
+};
+
 /// Enqueues one forward pass of the stage under test.
 using StageFn = std::function<void(const AttentionProblem&, const DeviceTensors&)>;
 

@@ -312,6 +312,38 @@ TEST_CASE("races between blocks in global memory are reported; atomics and kerne
   for (int t = 0; t < 32; ++t) REQUIRE(sum[t] == 4.0f * static_cast<float>(t + 1));
 }
 
+TEST_CASE("blocks in flight together: a plain += loses updates, each block keeps its shared memory",
+          "[cpu_backend][racecheck]") {
+  ShakeGuard guard;
+  for (unsigned seed : {1u, 2u, 3u}) {
+    INFO("seed " << seed);
+    fa_cpu::options() = fa_cpu::Options{};
+    fa_cpu::options().blocks_at_once = 4;
+    fa_cpu::options().shake_seed = seed;
+    fa_cpu::options().racecheck = false;
+    // Right kernels: the same answers in every order.
+    std::vector<float> sum = k::blocks_add(1);
+    for (int t = 0; t < 32; ++t) REQUIRE(sum[t] == 4.0f * static_cast<float>(t + 1));
+    sum = k::blocks_add(3);
+    for (int i = 0; i < 128; ++i) REQUIRE(sum[i] == static_cast<float>(i % 32 + 1));
+    REQUIRE(k::two_launches() == std::vector<float>(64, 1.0f));
+    const std::vector<float> own = k::own_shared(7);
+    for (int i = 0; i < 7 * 32; ++i) REQUIRE(own[i] == static_cast<float>(i / 32 * 1100 + 2 * ((i % 32 + 1) % 32)));
+    // A fault in one block unwinds the others in flight, and the next launch runs.
+    REQUIRE_THROWS_WITH(k::one_block_faults(6, 2), HasSubstring("one_block_faults_kernel") &&
+                                                       HasSubstring("block (2,0,0)") &&
+                                                       HasSubstring("different __syncthreads()"));
+    REQUIRE(k::two_launches() == std::vector<float>(64, 1.0f));
+    if (!fa_cpu::racecheck_built()) continue;  // stores are no switch points in this build
+    // The plain +=: every block loads sum[t] before any stores it, and all but one update
+    // are lost, as on a GPU. With the race detector on, it is reported instead.
+    sum = k::blocks_add(0);
+    for (int t = 0; t < 32; ++t) REQUIRE(sum[t] < 4.0f * static_cast<float>(t + 1));
+    fa_cpu::options().racecheck = true;
+    REQUIRE_THROWS_WITH(k::blocks_add(0), HasSubstring("global-memory race between blocks"));
+  }
+}
+
 namespace {
 // Whether `text` says "<verb> at .../race_probe.cu:<line>" with some line number.
 bool names_line(const std::string& text, const std::string& verb) {

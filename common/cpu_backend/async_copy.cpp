@@ -10,6 +10,7 @@
 
 #include "fa_cpu/scheduler.h"
 #include "racecheck.h"
+#include "runtime_state.h"
 
 namespace fa_cpu {
 
@@ -27,9 +28,12 @@ struct ThreadCopies {
   std::deque<std::vector<Copy>> groups;    // committed, oldest first
 };
 
+// One vector of threads per block in flight (a deque: growing keeps references valid).
 std::vector<ThreadCopies>& per_thread() {
-  static std::vector<ThreadCopies> threads;
-  return threads;
+  static std::deque<std::vector<ThreadCopies>> slots;
+  const auto slot = static_cast<std::size_t>(block_slot());
+  if (slots.size() <= slot) slots.resize(slot + 1);
+  return slots[slot];
 }
 
 ThreadCopies& mine() { return per_thread().at(static_cast<std::size_t>(current_thread())); }

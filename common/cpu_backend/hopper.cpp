@@ -17,6 +17,7 @@
 #include "cuda.h"
 #include "fa_cpu/scheduler.h"
 #include "racecheck.h"
+#include "runtime_state.h"
 
 namespace fa_cpu {
 
@@ -102,9 +103,12 @@ struct BlockState {
   std::vector<Warpgroup> groups;
 };
 
+// One per block in flight (a deque: growing keeps references valid).
 BlockState& block() {
-  static BlockState s;
-  return s;
+  static std::deque<BlockState> slots;
+  const auto slot = static_cast<std::size_t>(block_slot());
+  if (slots.size() <= slot) slots.resize(slot + 1);
+  return slots[slot];
 }
 
 unsigned char* shared_bytes(std::uint32_t address, std::size_t bytes, const char* who) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "fa_cpu/scheduler.h"
+#include "runtime_state.h"
 
 namespace fa_cpu::race {
 
@@ -137,6 +138,7 @@ struct State {
   Ranges<Region> statics;                // the static __shared__ variables
   Region dynamic;
   bool shared = true;  // the shared-memory rules apply to this launch
+  bool interleave = false;  // blocks in flight together: global stores and atomics are switch points
   // Global memory.
   Ranges<Buffer> buffers;       // the cudaMalloc buffers
   std::uint32_t launch = 0;     // counts checked launches
@@ -154,7 +156,7 @@ State& state() {
   return s;
 }
 
-int g_current = -1;  // the running thread, or -1: accesses are ignored
+int g_current = -1;  // the running thread, or -1: accesses are ignored (checking and interleaving off)
 
 void new_generation(State& s) {
   ++s.gen;
@@ -324,13 +326,16 @@ void on_global(State& s, Buffer& b, std::uintptr_t a, std::size_t bytes, int kin
 }
 
 inline void hook_kind(const void* address, std::size_t bytes, int kind, const void* pc) {
-  if (g_current < 0) return;  // host code, or checking is off
+  if (g_current < 0) return;  // host code, or checking and interleaving are off
   State& s = state();
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   if (Region* r = find_region(s, a)) {
-    if (s.shared && kind != 2) on_access(s, *r, a, bytes, kind == 1, pc);  // shared atomics are exempt
+    if (s.enabled && s.shared && kind != 2) on_access(s, *r, a, bytes, kind == 1, pc);  // shared atomics are exempt
   } else if (Buffer* b = s.buffers.find(a)) {
-    on_global(s, *b, a, bytes, kind, pc);
+    // Another block may run first: between a thread's load and its store of the same
+    // value, so a read-modify-write without an atomic loses the other block's update.
+    if (s.interleave && kind == 1) fa_cpu::interleave_point();  // (atomics: in fa_cpu::note_atomic)
+    if (s.enabled) on_global(s, *b, a, bytes, kind, pc);
   }
 }
 
@@ -387,15 +392,17 @@ bool built() {
 #endif
 }
 
-void launch_begins(bool enabled, bool shared, int threads, const void* dynamic_smem, std::size_t dynamic_bytes,
-                   const void* const* pointers, int count) {
+void launch_begins(bool enabled, bool shared, bool interleaved, int threads, const void* dynamic_smem,
+                   std::size_t dynamic_bytes, const void* const* pointers, int count) {
   State& s = state();
   s.enabled = enabled && built();
   s.shared = shared;
+  s.interleave = interleaved && built();
   s.threads = threads;
   s.found = false;
   s.more = 0;
   g_current = -1;
+  s.dynamic.lo = s.dynamic.hi = 0;
   if (!s.enabled) return;
   if (++s.launch == 0) {  // the counter wrapped: forget every cell, so none looks current
     for (Buffer& b : s.buffers.items) std::fill(b.cells.begin(), b.cells.end(), GlobalCell{});
@@ -408,26 +415,32 @@ void launch_begins(bool enabled, bool shared, int threads, const void* dynamic_s
   s.dynamic.lo = reinterpret_cast<std::uintptr_t>(dynamic_smem);
   s.dynamic.hi = s.dynamic.lo + (dynamic_smem ? dynamic_bytes : 0);
   s.dynamic.name = "extern __shared__ memory";
-  s.dynamic.cells.assign((dynamic_bytes + kGranule - 1) / kGranule, Cell{});
+  s.dynamic.cells.assign(dynamic_smem ? (dynamic_bytes + kGranule - 1) / kGranule : 0, Cell{});
 }
 
 void launch_ends() {
   State& s = state();
   s.enabled = false;
+  s.interleave = false;
   s.dynamic.lo = s.dynamic.hi = 0;
   g_current = -1;
+}
+
+void block_resumes() {
+  State& s = state();
+  if (s.enabled) s.block = 1 + fa_cpu_blockIdx.x + fa_cpu_gridDim.x * (fa_cpu_blockIdx.y + fa_cpu_gridDim.y * fa_cpu_blockIdx.z);
 }
 
 void block_begins() {
   State& s = state();
   if (!s.enabled) return;
-  s.block = 1 + fa_cpu_blockIdx.x + fa_cpu_gridDim.x * (fa_cpu_blockIdx.y + fa_cpu_gridDim.y * fa_cpu_blockIdx.z);
+  block_resumes();
   new_generation(s);
   std::fill(s.warp_time.begin(), s.warp_time.end(), 0);
   std::fill(s.know.begin(), s.know.end(), 0);
 }
 
-void set_current(int thread) { g_current = state().enabled ? thread : -1; }
+void set_current(int thread) { g_current = state().enabled || state().interleave ? thread : -1; }
 
 void barrier() {
   State& s = state();

@@ -35,16 +35,21 @@ bool built();
 
 /// A launch starts: `threads` per block, the dynamic shared memory buffer. `enabled`
 /// turns checking on for this launch; `shared` the shared-memory rules (off for kernels
-/// whose barriers the detector does not model: mbarriers); `pointers` are the kernel's
-/// arguments that are pointers (null for the others), to name a buffer in a report.
-void launch_begins(bool enabled, bool shared, int threads, const void* dynamic_smem, std::size_t dynamic_bytes,
-                   const void* const* pointers, int count);
+/// whose barriers the detector does not model: mbarriers, and while blocks are in flight
+/// together); `interleaved`: several blocks are in flight, and every plain store to a
+/// cudaMalloc buffer is a switch point (fa_cpu::interleave_point), checked or not;
+/// `pointers` are the kernel's arguments that are pointers (null for the others), to name
+/// a buffer in a report.
+void launch_begins(bool enabled, bool shared, bool interleaved, int threads, const void* dynamic_smem,
+                   std::size_t dynamic_bytes, const void* const* pointers, int count);
 /// The launch is over (normally or by a fault).
 void launch_ends();
 /// A new block starts (fa_cpu_blockIdx is set): nothing it does is ordered with the
 /// previous block's accesses to the same shared memory, because that block has finished;
 /// its global accesses race with those of every other block of the launch.
 void block_begins();
+/// Another block in flight runs from now on (fa_cpu_blockIdx is set).
+void block_resumes();
 /// `thread` (linear id) runs from now on; -1 while the scheduler runs.
 void set_current(int thread);
 /// A __syncthreads() released every thread of the block.

@@ -138,7 +138,12 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (!prop) return fail(cudaErrorInvalidValue);
   if (device != 0) return fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof *prop);
-  std::snprintf(prop->name, sizeof prop->name, "CPU backend (fibers, one block at a time)");
+  const int blocks = fa_cpu::options().blocks_at_once;
+  if (blocks > 1) {
+    std::snprintf(prop->name, sizeof prop->name, "CPU backend (fibers, %d blocks in flight, shuffled)", blocks);
+  } else {
+    std::snprintf(prop->name, sizeof prop->name, "CPU backend (fibers, one block at a time)");
+  }
   std::size_t avail = 0;
   fa_cpu::read_meminfo(&avail, &prop->totalGlobalMem);
   prop->sharedMemPerBlock = fa_cpu::kSharedMemDefault;

@@ -16,4 +16,12 @@ void set_last_error(cudaError_t err);
 /// Per-kernel dynamic shared-memory limits set with cudaFuncSetAttribute.
 std::map<const void*, int>& kernel_smem_limits();
 
+/// Which of the blocks in flight runs (0 when blocks run one at a time): the emulations
+/// that keep per-block state (cp.async groups, mbarriers) keep one copy per slot.
+int block_slot();
+/// A point where the scheduler may switch to another block in flight (called before a
+/// store to global memory or an atomic); does nothing when blocks run one at a time.
+/// Never throws.
+void interleave_point();
+
 }  // namespace fa_cpu

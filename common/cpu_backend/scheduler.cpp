@@ -1,17 +1,22 @@
-// CPU backend: the fiber scheduler. One block at a time; each CUDA thread is a
-// Boost.Context fiber that runs until it reaches __syncthreads(), a warp collective,
-// or its end, then hands control back here.
+// CPU backend: the fiber scheduler. Each CUDA thread is a Boost.Context fiber that runs
+// until it reaches __syncthreads(), a warp collective, or its end, then hands control
+// back here. Blocks run one at a time, in order; or, with Options::blocks_at_once above
+// one, several blocks are in flight together and take turns in a shuffled order, so that
+// their accesses to global memory interleave as they may on a GPU.
 #include "fa_cpu/scheduler.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <boost/context/fiber.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,7 +51,12 @@ Options& options() {
   static Options opts = [] {
     Options o;
     const char* shake = std::getenv("FA_CPU_SHAKE");
-    if (shake && std::strcmp(shake, "0") != 0 && *shake) o.reverse_threads = o.poison_shared = true;
+    if (shake && std::strcmp(shake, "0") != 0 && *shake) {
+      o.reverse_threads = o.poison_shared = true;
+      o.blocks_at_once = 4;
+    }
+    if (const char* blocks = std::getenv("FA_CPU_SHAKE_BLOCKS")) o.blocks_at_once = std::max(1, std::atoi(blocks));
+    if (const char* seed = std::getenv("FA_CPU_SHAKE_SEED")) o.shake_seed = static_cast<unsigned>(std::strtoul(seed, nullptr, 10));
     const char* race = std::getenv("FA_CPU_RACECHECK");
     if (race && std::strcmp(race, "0") == 0) o.racecheck = false;
     return o;
@@ -147,6 +157,13 @@ struct Thread {
 struct Block {
   const LaunchConfig* config = nullptr;
   const std::function<void()>* body = nullptr;
+  uint3 idx{0, 0, 0};  // its blockIdx
+  int slot = 0;        // which of the blocks in flight (0 when one runs at a time)
+  bool busy = false;   // holds a block of the grid that has not finished
+  std::unique_ptr<void, void (*)(void*)> smem{nullptr, std::free};  // its dynamic shared memory
+  // Blocks in flight together: the static __shared__ variables' contents while another
+  // block runs (one entry per registered variable; empty: never held any).
+  std::vector<std::vector<unsigned char>> statics;
   std::vector<Thread> threads;
   int live = 0;        // threads that have not exited
   int at_barrier = 0;  // threads waiting in __syncthreads()
@@ -157,7 +174,7 @@ struct Block {
   std::size_t sched_size = 0;
 };
 
-Block* g_block = nullptr;  // the running block (one at a time)
+Block* g_block = nullptr;  // the running block (its blockIdx and shared memory are in place)
 
 // The allocator Boost.Context calls when it creates a fiber; it also tells the thread
 // where its stack is, for AddressSanitizer's switch annotations.
@@ -254,6 +271,7 @@ std::string thread_name(const Block& b, const Thread& t) {
 
 // Hands control from the running CUDA thread back to the scheduler.
 void yield(Block& b, Thread& t) {
+  if (b.aborting) throw AbortBlock{};  // a thread let run on after an abort (interleave_point)
   asan_leave_fiber(b, false);
   t.scheduler = std::move(t.scheduler).resume();
   asan_started_in_fiber(b);
@@ -428,7 +446,48 @@ bool try_complete_warp(Block& b, Thread& t) {
   return true;
 }
 
-void run_block(Block& b, const std::vector<int>& order) {
+int g_slot = 0;             // the running block's slot (block_slot())
+bool g_interleaved = false;  // several blocks are in flight
+
+// Puts block `b`'s state in place: blockIdx, dynamic shared memory, and (when blocks are in
+// flight together) the static __shared__ variables, saving the previous block's.
+void install(Block& b, bool interleaved) {
+  if (interleaved && g_block != &b) {
+    const std::vector<Region>& regions = shared_regions();
+    if (g_block) {
+      g_block->statics.resize(regions.size());
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        const auto* bytes = static_cast<const unsigned char*>(regions[i].address);
+        g_block->statics[i].assign(bytes, bytes + regions[i].bytes);
+      }
+    }
+    for (std::size_t i = 0; i < regions.size(); ++i) {
+      if (i < b.statics.size() && !b.statics[i].empty()) {
+        std::memcpy(regions[i].address, b.statics[i].data(), regions[i].bytes);
+      } else {
+        std::memset(regions[i].address, 0xFF, regions[i].bytes);  // never written by this block: garbage
+      }
+    }
+  }
+  g_block = &b;
+  g_slot = b.slot;
+  g_dynamic_smem = b.smem.get();
+  fa_cpu_blockIdx = b.idx;
+  race::block_resumes();
+}
+
+// Block `b` starts as grid block `idx`: its threads are made, none has run yet.
+void start_block(Block& b, uint3 idx, bool interleaved) {
+  b.idx = idx;
+  b.busy = true;
+  b.statics.clear();
+  if (g_block == &b) g_block = nullptr;  // install() afresh: this Block held the block before, now finished
+  install(b, interleaved);
+  const LaunchConfig& c = *b.config;
+  if (options().poison_shared) {
+    if (c.smem) std::memset(b.smem.get(), 0xFF, c.smem);
+    for (const Region& r : shared_regions()) std::memset(r.address, 0xFF, r.bytes);
+  }
   race::block_begins();
   async_copy_block_begins(static_cast<int>(b.threads.size()));
   hopper_block_begins(static_cast<int>(b.threads.size()));
@@ -458,46 +517,79 @@ void run_block(Block& b, const std::vector<int>& order) {
       return std::move(self->scheduler);
     });
   }
-  while (b.live > 0) {
-    bool progressed = false;
-    for (int i : order) {
-      Thread& t = b.threads[static_cast<std::size_t>(i)];
-      if (t.state == State::Blocked && t.ready()) t.state = State::Ready;
-      if (t.state != State::Ready) continue;
-      switch_to(b, t);
-      progressed = true;
-      if (t.error) {
-        std::string what = "an exception of unknown type";
-        bool named = false;  // a KernelFault already names the kernel
-        try {
-          std::rethrow_exception(t.error);
-        } catch (const KernelFault& e) {
-          what = e.what();
-          named = true;
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        t.error = nullptr;
-        if (named) {
-          abort_block(b);
-          throw KernelFault(what);
-        }
-        fault(b, thread_name(b, t) + " threw: " + what);
+}
+
+// One round over the installed block `b`: each thread that can go on runs to its next
+// wait. A deadlock or a fault throws KernelFault; when the last thread ends, so does a race.
+void step_block(Block& b, const std::vector<int>& order) {
+  bool progressed = false;
+  for (int i : order) {
+    Thread& t = b.threads[static_cast<std::size_t>(i)];
+    if (t.state == State::Blocked && t.ready()) t.state = State::Ready;
+    if (t.state != State::Ready) continue;
+    switch_to(b, t);
+    progressed = true;
+    if (t.error) {
+      std::string what = "an exception of unknown type";
+      bool named = false;  // a KernelFault already names the kernel
+      try {
+        std::rethrow_exception(t.error);
+      } catch (const KernelFault& e) {
+        what = e.what();
+        named = true;
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
       }
-      if (t.state == State::Done) {
-        --b.live;
-        if (!b.aborting) {
-          race::set_current(t.linear);
-          async_copy_thread_exits(t.linear);  // copies it never waited for land now
-          race::set_current(-1);
-        }
+      t.error = nullptr;
+      if (named) {
+        abort_block(b);
+        throw KernelFault(what);
       }
-      try_release_barrier(b);
+      fault(b, thread_name(b, t) + " threw: " + what);
     }
-    if (!progressed && !try_release_barrier(b)) report_deadlock(b);
+    if (t.state == State::Done) {
+      --b.live;
+      if (!b.aborting) {
+        race::set_current(t.linear);
+        async_copy_thread_exits(t.linear);  // copies it never waited for land now
+        race::set_current(-1);
+      }
+    }
+    try_release_barrier(b);
   }
-  if (race::pending()) fault(b, race::take_report());
+  if (b.live > 0 && !progressed && !try_release_barrier(b)) report_deadlock(b);
+  if (b.live == 0) {
+    b.busy = false;
+    if (race::pending()) fault(b, race::take_report());
+  }
+}
+
+// The grid's blocks, each exactly once: in order, or (shuffled) as i -> (a·i + o) mod n
+// with a prime to n.
+class BlockOrder {
+ public:
+  BlockOrder(unsigned long long n, bool shuffled, std::mt19937_64& rng) : n_(n) {
+    if (!shuffled || n < 2) return;
+    offset_ = rng() % n;
+    do {
+      stride_ = 1 + rng() % (n - 1);
+    } while (std::gcd(stride_, n) != 1);
+  }
+  unsigned long long operator()(unsigned long long i) const {
+    return static_cast<unsigned long long>((static_cast<unsigned __int128>(stride_) * i + offset_) % n_);
+  }
+
+ private:
+  unsigned long long n_, stride_ = 1, offset_ = 0;
+};
+
+// Seeded from Options::shake_seed, and again whenever the seed is changed.
+std::mt19937_64& shake_rng() {
+  static unsigned seed = options().shake_seed;
+  static std::mt19937_64 rng(seed);
+  if (options().shake_seed != seed) rng.seed(seed = options().shake_seed);
+  return rng;
 }
 
 }  // namespace
@@ -531,6 +623,20 @@ void reschedule() {
   Block& b = running_block("reschedule()");
   yield(b, *b.current);  // still State::Ready: the scheduler comes back in its next round
 }
+
+void interleave_point() {
+  Block* b = g_block;
+  if (!g_interleaved || !b || !b->current || b->aborting) return;
+  Thread& t = *b->current;
+  // As yield(), but never throws: the caller is compiler instrumentation, which unwinding
+  // may not pass. A thread stopped here when its launch faults runs on to its next wait,
+  // barrier or collective, and unwinds there.
+  asan_leave_fiber(*b, false);
+  t.scheduler = std::move(t.scheduler).resume();
+  asan_started_in_fiber(*b);
+}
+
+int block_slot() { return g_slot; }
 
 namespace {
 
@@ -605,7 +711,10 @@ std::size_t dynamic_shared_bytes() { return g_block && g_dynamic_smem ? g_block-
 
 void fence() { race::fence(); }
 
-void note_atomic(const void* address, std::size_t bytes, const void* pc) { race::atomic_access(address, bytes, pc); }
+void note_atomic(const void* address, std::size_t bytes, const void* pc) {
+  interleave_point();  // another block may add first
+  race::atomic_access(address, bytes, pc);
+}
 
 bool racecheck_built() { return race::built(); }
 
@@ -630,30 +739,36 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
     return;
   }
 
-  Block b;
-  b.config = &c;
-  b.body = &body;
-  b.threads.resize(threads);
-  for (unsigned i = 0; i < threads; ++i) {
-    Thread& t = b.threads[i];
-    t.linear = static_cast<int>(i);
-    t.idx = uint3{i % c.block.x, i / c.block.x % c.block.y, i / (c.block.x * c.block.y)};
+  const unsigned long long blocks = 1ull * c.grid.x * c.grid.y * c.grid.z;
+  const auto in_flight = static_cast<std::size_t>(
+      std::min<unsigned long long>(blocks, static_cast<unsigned long long>(std::max(1, options().blocks_at_once))));
+  const bool interleaved = in_flight > 1;
+  std::vector<Block> slots(in_flight);
+  for (std::size_t s = 0; s < in_flight; ++s) {
+    Block& b = slots[s];
+    b.config = &c;
+    b.body = &body;
+    b.slot = static_cast<int>(s);
+    b.threads.resize(threads);
+    for (unsigned i = 0; i < threads; ++i) {
+      Thread& t = b.threads[i];
+      t.linear = static_cast<int>(i);
+      t.idx = uint3{i % c.block.x, i / c.block.x % c.block.y, i / (c.block.x * c.block.y)};
+    }
+    // Exactly c.smem bytes, so AddressSanitizer catches an access past the end.
+    if (c.smem > 0) {
+      void* p = nullptr;
+      if (posix_memalign(&p, 1024, c.smem) != 0) {  // 1024: a 128-byte swizzle atom (fa_cpu/hopper.h)
+        set_last_error(cudaErrorMemoryAllocation);
+        return;
+      }
+      b.smem.reset(p);
+    }
   }
   std::vector<int> order(threads);
   for (unsigned i = 0; i < threads; ++i) {
     order[i] = options().reverse_threads ? static_cast<int>(threads - 1 - i) : static_cast<int>(i);
   }
-  // Exactly c.smem bytes, so AddressSanitizer catches an access past the end.
-  std::unique_ptr<void, void (*)(void*)> smem(nullptr, std::free);
-  if (c.smem > 0) {
-    void* p = nullptr;
-    if (posix_memalign(&p, 1024, c.smem) != 0) {  // 1024: a 128-byte swizzle atom (fa_cpu/hopper.h)
-      set_last_error(cudaErrorMemoryAllocation);
-      return;
-    }
-    smem.reset(p);
-  }
-  g_dynamic_smem = smem.get();
   fa_cpu_blockDim = uint3{c.block.x, c.block.y, c.block.z};
   fa_cpu_gridDim = uint3{c.grid.x, c.grid.y, c.grid.z};
 
@@ -661,23 +776,51 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
     ~Reset() {
       g_block = nullptr;
       g_dynamic_smem = nullptr;
+      g_slot = 0;
+      g_interleaved = false;
       race::launch_ends();
     }
   } reset;
-  race::launch_begins(options().racecheck, c.shared_racecheck, static_cast<int>(threads), g_dynamic_smem, c.smem,
-                     c.pointers, c.arguments);
-  g_block = &b;
-  for (unsigned z = 0; z < c.grid.z; ++z) {
-    for (unsigned y = 0; y < c.grid.y; ++y) {
-      for (unsigned x = 0; x < c.grid.x; ++x) {
-        fa_cpu_blockIdx = uint3{x, y, z};
-        if (options().poison_shared) {
-          if (c.smem) std::memset(g_dynamic_smem, 0xFF, c.smem);
-          for (const Region& r : shared_regions()) std::memset(r.address, 0xFF, r.bytes);
+  // Blocks in flight together: the shared-memory rules are not checked (their clocks are
+  // per block), the global ones are, and stores to global memory become switch points.
+  race::launch_begins(options().racecheck, c.shared_racecheck && !interleaved, interleaved,
+                      static_cast<int>(threads), interleaved ? nullptr : slots[0].smem.get(), c.smem, c.pointers,
+                      c.arguments);
+  g_interleaved = interleaved;
+  const BlockOrder grid_order(blocks, interleaved, shake_rng());
+  unsigned long long next = 0;
+  std::vector<std::size_t> turns(in_flight);
+  for (std::size_t s = 0; s < in_flight; ++s) turns[s] = s;
+  try {
+    for (;;) {
+      bool any = false;
+      for (Block& b : slots) {
+        if (!b.busy && next < blocks) {
+          const unsigned long long linear = grid_order(next++);
+          start_block(b, uint3{static_cast<unsigned>(linear % c.grid.x),
+                               static_cast<unsigned>(linear / c.grid.x % c.grid.y),
+                               static_cast<unsigned>(linear / c.grid.x / c.grid.y)},
+                      interleaved);
         }
-        run_block(b, order);
+        any = any || b.busy;
+      }
+      if (!any) break;
+      if (interleaved) std::shuffle(turns.begin(), turns.end(), shake_rng());
+      for (std::size_t s : turns) {
+        Block& b = slots[s];
+        if (!b.busy) continue;
+        install(b, interleaved);
+        step_block(b, order);
       }
     }
+  } catch (...) {
+    // One block faulted (and was aborted): the others in flight unwind too.
+    for (Block& b : slots) {
+      if (!b.busy || b.aborting) continue;
+      install(b, interleaved);
+      abort_block(b);
+    }
+    throw;
   }
 }
 

@@ -1,8 +1,8 @@
 /**
  * \file scheduler.h
- * \brief CPU backend: what kernel code and launches call into. Blocks run one at a
- *        time; each CUDA thread of a block is a fiber that runs until it reaches a
- *        barrier, a warp collective, or its end.
+ * \brief CPU backend: what kernel code and launches call into. Each CUDA thread of a
+ *        block is a fiber that runs until it reaches a barrier, a warp collective, or its
+ *        end. Blocks run one at a time, or several in flight together (Options).
  */
 #pragma once
 
@@ -35,12 +35,26 @@ class KernelFault : public std::runtime_error {
 struct Options {
   bool reverse_threads = false;  ///< run a block's threads in reverse order
   bool poison_shared = false;    ///< fill shared memory with NaN (0xFF bytes) before each block
-  /// Check shared-memory accesses for races by CUDA's ordering rules (where the kernels
-  /// were built with the race detector; see racecheck_built()). A race fails the launch.
+  /// Check shared-memory accesses for races by CUDA's ordering rules, and global-memory
+  /// accesses for races between blocks (where the kernels were built with the race
+  /// detector; see racecheck_built()). A race fails the launch.
   bool racecheck = true;
+  /**
+   * How many blocks of a grid are in flight together. 1: one block at a time, in grid
+   * order. More: the grid's blocks start in a shuffled order, as many at once as this
+   * says, and take turns in a shuffled order; a block's turn lasts until each of its
+   * threads reaches its next barrier, warp collective, atomic or (in race-detector builds,
+   * whose kernel files report their stores) plain store to a cudaMalloc buffer. Two blocks
+   * that add to one value with a plain load and store then interleave between the load and
+   * the store, and an update is lost, as on a GPU. Each block keeps its own shared memory;
+   * the shared-memory race rules are off (the global ones stay on).
+   */
+  int blocks_at_once = 1;
+  unsigned shake_seed = 1;  ///< seeds the shuffled orders (the same seed, the same orders)
 };
-/// The current options. The first two start on when the environment has FA_CPU_SHAKE=1;
-/// racecheck starts off when it has FA_CPU_RACECHECK=0.
+/// The current options. FA_CPU_SHAKE=1 in the environment turns on reverse_threads and
+/// poison_shared and sets blocks_at_once to 4; FA_CPU_SHAKE_BLOCKS=N sets blocks_at_once,
+/// FA_CPU_SHAKE_SEED=S the seed; FA_CPU_RACECHECK=0 turns racecheck off.
 Options& options();
 
 /// Whether this build's kernel files report their shared-memory accesses to the race
