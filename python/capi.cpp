@@ -1,0 +1,235 @@
+// The stages behind a C interface, for the Python module (python/fa_stages): one shared
+// library per backend, libfa_stages_cuda.so (the GPU kernels) and libfa_stages_cpu.so (the
+// same kernels on the CPU backend). Plain C types only, so Python loads it with ctypes and
+// nothing depends on PyTorch's C++ ABI. Every function returns 0 on success; otherwise 1
+// for bad input, 2 for anything else, and fa_stages_error() says what went wrong.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "common/cuda_check.h"
+#include "common/device.h"
+#include "common/errors.h"
+#include "common/problem.h"
+#include "stages/01_naive/naive_attention.h"
+#include "stages/02_online_softmax/online_softmax.h"
+#include "stages/03_streaming/streaming_attention.h"
+#include "stages/04_flash1/flash1_attention.h"
+#include "stages/05_flash2/flash2_attention.h"
+#include "stages/06_tensor_cores/tensor_core_attention.h"
+#include "stages/07_memory_pipeline/pipelined_attention.h"
+#if FA_HAVE_STAGE08
+#include "stages/08_hopper/hopper_attention.h"
+#endif
+#include "stages/10_backward/backward_attention.h"
+
+#define FA_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+thread_local std::string g_error;
+
+// Runs `f`, turning an exception into a return code and the message fa_stages_error() gives.
+template <typename F>
+int guarded(F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const fa::InputError& e) {
+    g_error = e.what();
+    return 1;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return 2;
+  } catch (...) {
+    g_error = "an exception of unknown type";
+    return 2;
+  }
+}
+
+fa::DType dtype_of(int code) {
+  switch (code) {
+    case 0: return fa::DType::F32;
+    case 1: return fa::DType::F16;
+    case 2: return fa::DType::BF16;
+    default: throw fa::InputError("unknown dtype code " + std::to_string(code));
+  }
+}
+
+fa::AttentionProblem problem(int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, double scale,
+                             int causal) {
+  return fa::make_problem(b, h, nq, nkv, d, scale, causal != 0, dtype_of(dtype));
+}
+
+void require_fp32(const fa::AttentionProblem& p, const std::string& stage) {
+  if (p.dtype != fa::DType::F32) throw fa::InputError("stage " + stage + " computes in fp32 only");
+}
+
+// Orders a stage's launches (on the default stream) after the work already queued on
+// `stream`, and that stream's later work after them, without waiting on the host. The CPU
+// backend runs every launch to completion when it is made, so there is nothing to order.
+class OnStream {
+ public:
+  explicit OnStream([[maybe_unused]] void* stream) {
+#if !FA_CPU_BACKEND
+    stream_ = static_cast<cudaStream_t>(stream);
+    if (!stream_) return;  // the default stream itself
+    cudaEvent_t ready;
+    FA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    FA_CUDA_CHECK(cudaEventRecord(ready, stream_));
+    FA_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, ready, 0));
+    FA_CUDA_CHECK(cudaEventDestroy(ready));  // released once it has completed
+#endif
+  }
+  /// The stage's launches are queued: `stream`'s later work waits for them.
+  void done() {
+#if !FA_CPU_BACKEND
+    if (!stream_) return;
+    cudaEvent_t finished;
+    FA_CUDA_CHECK(cudaEventCreateWithFlags(&finished, cudaEventDisableTiming));
+    FA_CUDA_CHECK(cudaEventRecord(finished, cudaStreamLegacy));
+    FA_CUDA_CHECK(cudaStreamWaitEvent(stream_, finished, 0));
+    FA_CUDA_CHECK(cudaEventDestroy(finished));
+#endif
+  }
+
+ private:
+#if !FA_CPU_BACKEND
+  cudaStream_t stream_ = nullptr;
+#endif
+};
+
+void select_device([[maybe_unused]] int device) {
+#if !FA_CPU_BACKEND
+  FA_CUDA_CHECK(cudaSetDevice(device));
+#endif
+}
+
+}  // namespace
+
+/// Why the last call failed.
+FA_API const char* fa_stages_error() { return g_error.c_str(); }
+
+/// 1 for the CPU backend's library, 0 for the GPU's.
+FA_API int fa_stages_is_cpu_backend() { return FA_CPU_BACKEND; }
+
+/// Writes the device's name (at most `size` bytes with the terminating zero) into `name`.
+FA_API int fa_stages_device_name(int device, char* name, int size) {
+  return guarded([&] {
+    select_device(device);
+    cudaDeviceProp prop{};
+    FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    std::snprintf(name, static_cast<std::size_t>(size), "%s", prop.name);
+  });
+}
+
+/// Whether stage 08 runs here: writes "" or the reason it does not into `reason`.
+FA_API int fa_stages_hopper_unavailable(int device, char* reason, int size) {
+  return guarded([&] {
+    select_device(device);
+#if FA_HAVE_STAGE08
+    const std::string why = fa::hopper::unavailable_reason();
+#else
+    const std::string why = "this build has no stage 08 (it needs nvcc 12 or newer)";
+#endif
+    std::snprintf(reason, static_cast<std::size_t>(size), "%s", why.c_str());
+  });
+}
+
+/**
+ * Device bytes of workspace the forward pass of `stage` ("01" to "08") needs, into *bytes:
+ * stage 01 and 02 keep S (then P) there, stage 04 its running m and l (B·H·Nq floats each,
+ * m first); the others need none.
+ */
+FA_API int fa_stages_forward_workspace(const char* stage, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv,
+                                       int64_t d, int causal, int64_t* bytes) {
+  return guarded([&] {
+    const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, 0.0, causal);
+    const std::string s = stage;
+    *bytes = s == "01" || s == "02" ? static_cast<int64_t>(fa::naive::workspace_bytes(p))
+             : s == "04"            ? static_cast<int64_t>(fa::flash1::workspace_bytes(p))
+                                    : 0;
+  });
+}
+
+/**
+ * O = softmax(scale·Q·Kᵀ)·V by stage `stage`, all tensors contiguous [B, H, N, d] (lse:
+ * [B, H, Nq] fp32), 16-byte aligned, on device `device`; `scale` 0 means 1/sqrt(d).
+ * `lse` receives each row's log-sum-exp from the stages that keep it (03, 05, 06, 07,
+ * 08); stages 01, 02 and 04 leave it alone (04's m and l are in the workspace). `stream`
+ * is the caller's CUDA stream (null: the default stream); the work is ordered on it.
+ */
+FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
+                             double scale, int causal, const void* q, const void* k, const void* v, void* o,
+                             float* lse, void* workspace, int device, void* stream) {
+  return guarded([&] {
+    const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
+    const std::string s = stage;
+    select_device(device);
+    OnStream on(stream);
+    const auto* fq = static_cast<const float*>(q);
+    const auto* fk = static_cast<const float*>(k);
+    const auto* fv = static_cast<const float*>(v);
+    auto* fo = static_cast<float*>(o);
+    if (s == "01" || s == "02") {
+      require_fp32(p, s);
+      fa::naive::attention(p, fq, fk, fv, fo, static_cast<float*>(workspace),
+                           s == "01" ? fa::naive::softmax_rows : fa::online::softmax_rows_only);
+    } else if (s == "03") {
+      require_fp32(p, s);
+      fa::streaming::attention(p, fq, fk, fv, fo, lse);
+    } else if (s == "04") {
+      require_fp32(p, s);
+      auto* m = static_cast<float*>(workspace);
+      fa::flash1::attention(p, fq, fk, fv, fo, m, m + p.rows());
+    } else if (s == "05") {
+      require_fp32(p, s);
+      fa::flash2::attention(p, fq, fk, fv, fo, lse);
+    } else if (s == "06") {
+      fa::tensor_core::attention(p, q, k, v, o, lse);
+    } else if (s == "07") {
+      fa::pipeline::attention(p, q, k, v, o, lse);
+    } else if (s == "08") {
+#if FA_HAVE_STAGE08
+      fa::hopper::attention(p, q, k, v, o, lse);
+#else
+      throw fa::NoGpuError("this build has no stage 08 (it needs nvcc 12 or newer)");
+#endif
+    } else {
+      throw fa::InputError("no forward stage \"" + s + "\": stages 01 to 08 compute attention");
+    }
+    FA_CUDA_CHECK(cudaGetLastError());
+    on.done();
+  });
+}
+
+/// Device bytes of workspace the backward pass (stage 10) needs, into *bytes.
+FA_API int fa_stages_backward_workspace(int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, int causal,
+                                        int64_t* bytes) {
+  return guarded([&] {
+    *bytes = static_cast<int64_t>(fa::backward::workspace_bytes(problem(0, b, h, nq, nkv, d, 0.0, causal)));
+  });
+}
+
+/**
+ * dQ, dK and dV by stage 10, all fp32, contiguous [B, H, N, d] (lse [B, H, Nq]), 16-byte
+ * aligned: q, k, v, the forward's o and lse, and d_o the gradient of the loss with respect
+ * to o. Ordered on `stream` as fa_stages_forward is.
+ */
+FA_API int fa_stages_backward(int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, double scale, int causal,
+                              const float* q, const float* k, const float* v, const float* o, const float* d_o,
+                              const float* lse, float* dq, float* dk, float* dv, void* workspace, int device,
+                              void* stream) {
+  return guarded([&] {
+    const fa::AttentionProblem p = problem(0, b, h, nq, nkv, d, scale, causal);
+    select_device(device);
+    OnStream on(stream);
+    fa::backward::attention_backward(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace);
+    FA_CUDA_CHECK(cudaGetLastError());
+    on.done();
+  });
+}

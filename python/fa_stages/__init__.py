@@ -1,0 +1,234 @@
+"""fa_stages: the repository's attention kernels as a PyTorch function.
+
+    import fa_stages
+    o = fa_stages.attention(q, k, v, causal=True)            # the fastest stage for q
+    o = fa_stages.attention(q, k, v, stage="04")             # FlashAttention-1, for teaching
+
+q, k and v are [B, H, N, d] tensors (Nq for q, Nkv for k and v), all float32, float16 or
+bfloat16, all on one device: CUDA tensors run the GPU kernels on PyTorch's current stream,
+CPU tensors run the very same kernels on the CPU backend (slowly, with no GPU). Gradients
+come from stage 10, the FP32 backward pass (half-precision inputs are widened for it and
+the gradients rounded back). python/README.md explains how it is built.
+"""
+
+import ctypes
+import math
+import os
+
+import torch
+
+__all__ = ["attention", "forward", "backward", "FORWARD_STAGES", "device_name"]
+
+#: The stages with a forward pass, and the element types each takes.
+FORWARD_STAGES = {
+    "01": (torch.float32,),  # naive: S and P in device memory
+    "02": (torch.float32,),  # naive with the online softmax
+    "03": (torch.float32,),  # one query per thread, streaming
+    "04": (torch.float32,),  # FlashAttention-1
+    "05": (torch.float32,),  # FlashAttention-2
+    "06": (torch.float16, torch.bfloat16),  # tensor cores (mma.sync)
+    "07": (torch.float16, torch.bfloat16),  # the memory pipeline (cp.async)
+    "08": (torch.float16, torch.bfloat16),  # Hopper (TMA, wgmma), on an H100 or the CPU backend
+}
+_LSE_STAGES = {"03", "05", "06", "07", "08"}  # the stages that hand back the log-sum-exp
+_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+_i64 = ctypes.c_int64
+_ptr = ctypes.c_void_p
+
+
+def _library_dir():
+    return os.environ.get("FA_STAGES_LIB_DIR", os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Library:
+    """libfa_stages_cpu.so or libfa_stages_cuda.so, loaded on first use."""
+
+    def __init__(self, backend):
+        path = os.path.join(_library_dir(), "libfa_stages_%s.so" % backend)
+        if not os.path.exists(path):
+            raise RuntimeError(
+                "fa_stages: %s is missing: this build has no %s backend" % (path, "CPU" if backend == "cpu" else "CUDA")
+            )
+        lib = ctypes.CDLL(path)
+        lib.fa_stages_error.restype = ctypes.c_char_p
+        lib.fa_stages_forward.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
+            ctypes.c_double, ctypes.c_int] + [_ptr] * 6 + [ctypes.c_int, _ptr]
+        lib.fa_stages_forward_workspace.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
+            ctypes.c_int, ctypes.POINTER(_i64)]
+        lib.fa_stages_backward.argtypes = [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [_ptr] * 10 + [
+            ctypes.c_int, _ptr]
+        lib.fa_stages_backward_workspace.argtypes = [_i64] * 5 + [ctypes.c_int, ctypes.POINTER(_i64)]
+        lib.fa_stages_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.fa_stages_hopper_unavailable.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        self.lib = lib
+
+    def call(self, name, *args):
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            message = "fa_stages: " + self.lib.fa_stages_error().decode()
+            raise ValueError(message) if rc == 1 else RuntimeError(message)
+
+
+_libraries = {}
+
+
+def _library(device):
+    backend = "cpu" if device.type == "cpu" else "cuda"
+    if backend not in _libraries:
+        _libraries[backend] = _Library(backend)
+    return _libraries[backend]
+
+
+def _device_index(device):
+    return 0 if device.type == "cpu" else (device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _stream(device):
+    if device.type == "cpu":
+        return None
+    return torch.cuda.current_stream(device).cuda_stream or None
+
+
+def device_name(device="cpu"):
+    """The name the kernels' runtime gives `device` (for CPU: the CPU backend's)."""
+    device = torch.device(device)
+    name = ctypes.create_string_buffer(256)
+    _library(device).call("fa_stages_device_name", _device_index(device), name, 256)
+    return name.value.decode()
+
+
+def _hopper_available(device):
+    reason = ctypes.create_string_buffer(512)
+    _library(device).call("fa_stages_hopper_unavailable", _device_index(device), reason, 512)
+    return reason.value == b""
+
+
+def _auto_stage(dtype, device):
+    if dtype == torch.float32:
+        return "05"
+    return "08" if _hopper_available(device) else "07"
+
+
+def _check(q, k, v, causal, scale, stage):
+    """Raises ValueError or TypeError naming what is wrong; returns the stage to run."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("fa_stages: %s must be a torch.Tensor, not %s" % (name, type(t).__name__))
+        if t.dtype not in _DTYPE_CODES:
+            raise TypeError("fa_stages: %s is %s; the stages take float32, float16 or bfloat16" % (name, t.dtype))
+        if t.dim() != 4:
+            raise ValueError("fa_stages: %s must be 4-D [B, H, N, d], not of shape %s" % (name, tuple(t.shape)))
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError("fa_stages: %s is on %s; the stages run on CUDA devices and the CPU" % (name, t.device))
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError("fa_stages: q, k and v must have one dtype, not %s, %s and %s" % (q.dtype, k.dtype, v.dtype))
+    if not (q.device == k.device == v.device):
+        raise ValueError("fa_stages: q, k and v must be on one device, not %s, %s and %s" % (q.device, k.device, v.device))
+    b, h, nq, d = q.shape
+    if k.shape[0] != b or v.shape[0] != b or k.shape[1] != h or v.shape[1] != h:
+        raise ValueError("fa_stages: q, k and v must agree on B and H: %s, %s, %s"
+                         % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+    if k.shape[3] != d or v.shape[3] != d:
+        raise ValueError("fa_stages: q, k and v must have one head dimension d: %s, %s, %s"
+                         % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+    if k.shape[2] != v.shape[2]:
+        raise ValueError("fa_stages: k and v must have as many rows: %s and %s" % (tuple(k.shape), tuple(v.shape)))
+    if q.numel() == 0 or k.numel() == 0:
+        raise ValueError("fa_stages: every size must be at least 1: q %s, k %s" % (tuple(q.shape), tuple(k.shape)))
+    if not isinstance(causal, bool):
+        raise TypeError("fa_stages: causal must be True or False")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError("fa_stages: scale must be a positive number, not %r" % (scale,))
+    if stage == "auto":
+        return _auto_stage(q.dtype, q.device)
+    if stage not in FORWARD_STAGES:
+        raise ValueError("fa_stages: no stage %r; choose \"auto\" or one of %s" % (stage, ", ".join(FORWARD_STAGES)))
+    if q.dtype not in FORWARD_STAGES[stage]:
+        raise TypeError("fa_stages: stage %s takes %s, not %s"
+                        % (stage, " or ".join(str(t) for t in FORWARD_STAGES[stage]), q.dtype))
+    return stage
+
+
+def _ready(t):
+    """Contiguous and 16-byte aligned, as the kernels read it (a copy only when it is not)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def forward(q, k, v, causal=False, scale=None, stage="auto"):
+    """O and the log-sum-exp of each row ([B, H, Nq], float32) by one stage, no autograd.
+
+    Stages 01 and 02 keep no statistics: their log-sum-exp comes from stage 03's kernel on
+    the same inputs. Stage 04's is m + log(l) from the m and l it keeps in device memory.
+    """
+    stage = _check(q, k, v, causal, scale, stage)
+    q, k, v = _ready(q), _ready(k), _ready(v)
+    lib = _library(q.device)
+    b, h, nq, d = q.shape
+    nkv = k.shape[2]
+    code = _DTYPE_CODES[q.dtype]
+    sizes = (b, h, nq, nkv, d)
+    bytes_ = _i64(0)
+    lib.call("fa_stages_forward_workspace", stage.encode(), code, *sizes, int(causal), ctypes.byref(bytes_))
+    workspace = torch.empty(max(bytes_.value, 16), dtype=torch.uint8, device=q.device)
+    o = torch.empty_like(q)
+    lse = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
+    lib.call("fa_stages_forward", stage.encode(), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(),
+             k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), workspace.data_ptr(),
+             _device_index(q.device), _stream(q.device))
+    if stage == "04":
+        stats = workspace[: 2 * b * h * nq * 4].view(torch.float32)
+        lse = (stats[: b * h * nq] + torch.log(stats[b * h * nq:])).view(b, h, nq)
+    elif stage not in _LSE_STAGES:
+        _, lse = forward(q.float(), k.float(), v.float(), causal, scale, "03")
+    return o, lse
+
+
+def backward(q, k, v, o, lse, grad_o, causal=False, scale=None):
+    """dQ, dK and dV by stage 10 (FP32; half-precision tensors are widened for it and the
+    gradients rounded back to their dtype)."""
+    dtype = q.dtype
+    q, k, v, o, grad_o = (_ready(t.float()) for t in (q, k, v, o, grad_o))
+    lse = _ready(lse.float())
+    lib = _library(q.device)
+    b, h, nq, d = q.shape
+    nkv = k.shape[2]
+    sizes = (b, h, nq, nkv, d)
+    bytes_ = _i64(0)
+    lib.call("fa_stages_backward_workspace", *sizes, int(causal), ctypes.byref(bytes_))
+    workspace = torch.empty(max(bytes_.value, 16), dtype=torch.uint8, device=q.device)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    lib.call("fa_stages_backward", *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(),
+             v.data_ptr(), o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+             dv.data_ptr(), workspace.data_ptr(), _device_index(q.device), _stream(q.device))
+    return dq.to(dtype), dk.to(dtype), dv.to(dtype)
+
+
+class _Attention(torch.autograd.Function):
+    """The forward pass keeps O and the log-sum-exp (B·H·Nq floats), not P: the backward
+    pass recomputes P = exp(scale·Q·Kᵀ − lse) tile by tile from them."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, stage):
+        o, lse = forward(q, k, v, causal, scale, stage)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_o):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = backward(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+def attention(q, k, v, causal=False, scale=None, stage="auto"):
+    """softmax(scale·Q·Kᵀ)·V, differentiable, as torch.nn.functional.scaled_dot_product_attention
+    computes it with is_causal=causal (the mask aligned top-left) and scale (default 1/sqrt(d)).
+
+    stage: "auto" (05 for float32; 08 on a Hopper GPU and the CPU backend, else 07, for
+    float16 and bfloat16) or any of FORWARD_STAGES.
+    """
+    stage = _check(q, k, v, causal, scale, stage)
+    return _Attention.apply(q, k, v, causal, scale, stage)

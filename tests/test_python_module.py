@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""fa_stages, the stages as a PyTorch function: every stage's forward pass and the
+gradients against float64 math on fresh seeded inputs, and every bad input refused with a
+message. Runs on CPU tensors (the CPU backend) and, where PyTorch has CUDA, on the GPU.
+
+    PYTHONPATH=build/python python3 tests/test_python_module.py [--device cpu|cuda] [--quick]
+
+Exit 0: passed; 1: failed; 77: skipped (no PyTorch, or no GPU for --device cuda).
+"""
+
+import argparse
+import math
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("skipped: PyTorch is not installed (Debian: apt-get install python3-torch)")
+    sys.exit(77)
+
+import fa_stages
+
+FAILURES = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        FAILURES.append(what)
+
+
+def reference(q, k, v, causal, scale):
+    """softmax(scale·Q·Kᵀ)·V in float64, the causal mask aligned top-left (as is_causal=True)."""
+    s = torch.matmul(q.double(), k.double().transpose(-1, -2)) * scale
+    if causal:
+        nq, nkv = s.shape[-2:]
+        s = s.masked_fill(torch.ones(nq, nkv, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v.double())
+
+
+def same_precision_baseline(q, k, v, causal, scale):
+    """What a plain matmul-softmax-matmul in the inputs' dtype gives: for half precision,
+    P rounded to the dtype, products accumulated in float32, O rounded (the yardstick)."""
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if causal:
+        nq, nkv = s.shape[-2:]
+        s = s.masked_fill(torch.ones(nq, nkv, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    p = torch.softmax(s, dim=-1).to(q.dtype).float()
+    return torch.matmul(p, v.float()).to(q.dtype)
+
+
+def inputs(shape_q, shape_kv, dtype, device, seed, requires_grad=True):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(shape_q, generator=g).to(device=device, dtype=dtype)
+    k = torch.randn(shape_kv, generator=g).to(device=device, dtype=dtype)
+    v = torch.randn(shape_kv, generator=g).to(device=device, dtype=dtype)
+    grad_o = torch.randn(shape_q, generator=g).to(device=device, dtype=dtype)
+    for t in (q, k, v):
+        t.requires_grad_(requires_grad)
+    return q, k, v, grad_o
+
+
+def max_error(got, want):
+    return (got.double() - want.double()).abs().max().item()
+
+
+def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None):
+    what = "stage %s %s B%d H%d Nq%d Nkv%d d%d%s%s" % (
+        stage, str(dtype).replace("torch.", ""), b, h, nq, nkv, d, " causal" if causal else "",
+        "" if scale is None else " scale %g" % scale)
+    q, k, v, grad_o = inputs((b, h, nq, d), (b, h, nkv, d), dtype, device, seed)
+    used_scale = scale if scale is not None else 1.0 / math.sqrt(d)
+    o = fa_stages.attention(q, k, v, causal=causal, scale=scale, stage=stage)
+    o.backward(grad_o)
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref = reference(q64, k64, v64, causal, used_scale)
+    ref.backward(grad_o.double())
+    # Forward: fp32 within 2e-5 of float64 (unit-scale inputs); half within twice the error of
+    # a plain half-precision computation of the same inputs, plus one rounding of O.
+    base = same_precision_baseline(q.detach(), k.detach(), v.detach(), causal, used_scale)
+    if dtype == torch.float32:  # large logits: a few times fp32's own error of the same math
+        o_tol = max(2e-5, 4 * max_error(base, ref))
+    else:
+        o_tol = 2 * max_error(base, ref) + (2 ** -10 if dtype == torch.float16 else 2 ** -7)
+    check(o.dtype == dtype and o.shape == q.shape and max_error(o, ref) <= o_tol,
+          "%s: O within %.2g of float64 (%.2g)" % (what, o_tol, max_error(o, ref)))
+    # Gradients: from stage 10 in fp32; for half inputs, rounded to the dtype.
+    g_tol = 2e-4 if dtype == torch.float32 else (2e-2 if dtype == torch.float16 else 1.2e-1)
+    for name, got, want in (("dQ", q.grad, q64.grad), ("dK", k.grad, k64.grad), ("dV", v.grad, v64.grad)):
+        err = max_error(got, want)
+        scale_of = want.abs().max().item() + 1.0
+        check(got.dtype == dtype and err <= g_tol * scale_of,
+              "%s: %s within %.2g of float64 (%.2g)" % (what, name, g_tol * scale_of, err))
+
+
+def expect_error(kind, text, call, what):
+    try:
+        call()
+    except kind as e:
+        check(text in str(e), "%s: %s says %r (%s)" % (what, kind.__name__, text, e))
+        return
+    except Exception as e:  # noqa: BLE001 - the wrong kind is a failure, with its message
+        check(False, "%s: expected %s, got %s: %s" % (what, kind.__name__, type(e).__name__, e))
+        return
+    check(False, "%s: expected %s, nothing was raised" % (what, kind.__name__))
+
+
+def bad_inputs(device):
+    q, k, v, _ = inputs((1, 2, 5, 64), (1, 2, 7, 64), torch.float32, device, 1, requires_grad=False)
+    att = fa_stages.attention
+    expect_error(TypeError, "float32, float16 or bfloat16", lambda: att(q.double(), k.double(), v.double()),
+                 "float64 inputs")
+    expect_error(TypeError, "one dtype", lambda: att(q, k.half(), v), "mixed dtypes")
+    expect_error(TypeError, "must be a torch.Tensor", lambda: att(q.tolist(), k, v), "a list for q")
+    expect_error(ValueError, "must be 4-D", lambda: att(q[0], k[0], v[0]), "3-D inputs")
+    expect_error(ValueError, "agree on B and H", lambda: att(q, k[:, :1], v[:, :1]), "heads differ")
+    expect_error(ValueError, "one head dimension", lambda: att(q, k[..., :32], v[..., :32]), "d differs")
+    expect_error(ValueError, "as many rows", lambda: att(q, k, v[:, :, :6]), "Nk != Nv")
+    expect_error(ValueError, "at least 1", lambda: att(q[:, :, :0], k, v), "no queries")
+    expect_error(ValueError, "at least 1", lambda: att(q, k[:, :, :0], v[:, :, :0]), "no keys")
+    expect_error(ValueError, "head dim 48 is not supported", lambda: att(q[..., :48], k[..., :48], v[..., :48]),
+                 "d = 48")
+    expect_error(ValueError, "no stage '11'", lambda: att(q, k, v, stage="11"), "an unknown stage")
+    expect_error(TypeError, "stage 06 takes", lambda: att(q, k, v, stage="06"), "fp32 to a tensor-core stage")
+    expect_error(TypeError, "stage 05 takes", lambda: att(q.half(), k.half(), v.half(), stage="05"),
+                 "fp16 to an fp32 stage")
+    expect_error(ValueError, "positive number", lambda: att(q, k, v, scale=-1.0), "a negative scale")
+    expect_error(ValueError, "positive number", lambda: att(q, k, v, scale=float("nan")), "a NaN scale")
+    expect_error(TypeError, "True or False", lambda: att(q, k, v, causal=1), "causal as an int")
+    if device == "cuda":
+        expect_error(ValueError, "one device", lambda: att(q, k.cpu(), v), "q on the GPU, k on the CPU")
+    # Stage 08 runs d = 64 and 128 only (06 and 07 also run 16 and 32).
+    h = (q[..., :32].half(), k[..., :32].half(), v[..., :32].half())
+    expect_error(ValueError, "head dim 32 is not supported", lambda: att(*h, stage="08"), "d = 32 to stage 08")
+
+
+def layouts(device):
+    """Views that are not contiguous, or not 16-byte aligned, are copied, not misread."""
+    q, k, v, _ = inputs((2, 3, 40, 64), (2, 3, 40, 64), torch.float32, device, 5, requires_grad=False)
+    want = fa_stages.attention(q, k, v)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # same values, strides of [B, N, H, d]
+    check(not qt.is_contiguous() and torch.equal(fa_stages.attention(qt, k, v), want), "a transposed view of q")
+    flat = torch.cat([torch.zeros(1, device=device), q.flatten()])
+    shifted = flat[1:].view_as(q)  # 4 bytes past an aligned address
+    check(shifted.data_ptr() % 16 != 0 and torch.equal(fa_stages.attention(shifted, k, v), want),
+          "q at an address that is not 16-byte aligned")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--quick", action="store_true", help="fewer shapes (the CPU backend is slow)")
+    args = parser.parse_args()
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        print("skipped: PyTorch sees no CUDA device")
+        return 77
+    print("torch %s; kernels on: %s" % (torch.__version__, fa_stages.device_name(device)))
+    seed = 100
+    # Ragged shapes: one query, one key, lengths that are no multiple of any tile.
+    shapes = [(1, 1, 1, 1), (2, 3, 37, 53), (1, 2, 70, 70), (1, 1, 130, 67)]
+    if args.quick:
+        shapes = shapes[:3]
+    for stage in ("01", "02", "03", "04", "05"):
+        for (b, h, nq, nkv) in shapes:
+            for causal in (False, True):
+                for d in ((16, 64) if stage == "05" else (64,)):
+                    seed += 1
+                    check_stage(stage, torch.float32, device, b, h, nq, nkv, d, causal, seed)
+    half_shapes = [(1, 1, 1, 1), (1, 2, 37, 53)] if args.quick else [(1, 1, 1, 1), (2, 2, 37, 53), (1, 1, 150, 200)]
+    for stage in ("06", "07", "08"):
+        for dtype in (torch.float16, torch.bfloat16):
+            for (b, h, nq, nkv) in half_shapes:
+                for causal in (False, True):
+                    for d in (64, 128):
+                        seed += 1
+                        check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed)
+    for stage in ("06", "07"):
+        for d in (16, 32):
+            seed += 1
+            check_stage(stage, torch.float16, device, 1, 2, 29, 41, d, True, seed)
+    check_stage("auto", torch.float32, device, 1, 2, 33, 45, 128, True, seed + 1, scale=0.3)
+    check_stage("auto", torch.bfloat16, device, 1, 2, 33, 45, 64, False, seed + 2)
+    # Large-magnitude logits: scale 8 on unit inputs (logits of order 10²).
+    check_stage("05", torch.float32, device, 1, 2, 40, 90, 64, False, seed + 3, scale=8.0)
+    bad_inputs(device)
+    layouts(device)
+    print("%d failed" % len(FAILURES) if FAILURES else "all passed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
