@@ -146,6 +146,40 @@ def layouts(device):
           "q at an address that is not 16-byte aligned")
 
 
+def compiled(device):
+    """Under torch.compile, attention() is one operator in the graph (no break), and the
+    compiled function's O and gradients are the eager ones."""
+    if not fa_stages.CUSTOM_OPS:
+        print("skip  torch.compile: PyTorch %s has no custom operators (2.4 and later)" % torch.__version__)
+        return
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v, grad_o = inputs((1, 2, 64, 64), (1, 2, 64, 64), dtype, device, 9)
+
+    def layer(q, k, v):
+        return fa_stages.attention(torch.tanh(q), k * 2, v, causal=True) * 3
+
+    want = layer(q, k, v)  # eager (also asks once which stage "auto" means here)
+    want.backward(grad_o)
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    from torch import _dynamo  # noqa: PLC0415 - only where torch.compile exists
+    explained = _dynamo.explain(layer)(q, k, v)
+    check(explained.graph_break_count == 0, "torch.compile: no graph break (%d)" % explained.graph_break_count)
+    got = torch.compile(layer, fullgraph=True)(q, k, v)
+    got.backward(grad_o)
+    check(torch.equal(got, want), "torch.compile: the same O as eager")
+    # dQ is summed with atomics, in no fixed order: equal up to a rounding of the dtype.
+    tol = 1e-5 if dtype == torch.float32 else 2 ** -7
+    check(all(torch.allclose(t.grad, g, rtol=tol, atol=tol) for t, g in zip((q, k, v), grads)),
+          "torch.compile: the same gradients, up to the order of dQ's atomic additions")
+    ops = torch.ops.fa_stages
+    torch.library.opcheck(ops.forward.default, (q.detach(), k.detach(), v.detach(), True, 0.0, "05" if
+                                                dtype == torch.float32 else "07"),
+                          test_utils=("test_schema", "test_faketensor"))
+    check(True, "torch.library.opcheck: fa_stages::forward's schema and fake version")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -185,6 +219,7 @@ def main():
     check_stage("05", torch.float32, device, 1, 2, 40, 90, 64, False, seed + 3, scale=8.0)
     bad_inputs(device)
     layouts(device)
+    compiled(device)
     print("%d failed" % len(FAILURES) if FAILURES else "all passed")
     return 1 if FAILURES else 0
 

@@ -17,7 +17,7 @@ import os
 
 import torch
 
-__all__ = ["attention", "forward", "backward", "FORWARD_STAGES", "device_name"]
+__all__ = ["attention", "forward", "backward", "FORWARD_STAGES", "CUSTOM_OPS", "device_name"]
 
 #: The stages with a forward pass, and the element types each takes.
 FORWARD_STAGES = {
@@ -104,10 +104,16 @@ def _hopper_available(device):
     return reason.value == b""
 
 
+_hopper_here = {}  # device -> whether stage 08 runs there (asked once: torch.compile cannot trace ctypes)
+
+
 def _auto_stage(dtype, device):
     if dtype == torch.float32:
         return "05"
-    return "08" if _hopper_available(device) else "07"
+    key = (device.type, _device_index(device))
+    if key not in _hopper_here:
+        _hopper_here[key] = _hopper_available(device)
+    return "08" if _hopper_here[key] else "07"
 
 
 def _check(q, k, v, causal, scale, stage):
@@ -223,6 +229,46 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+# Where PyTorch has custom operators (2.4 and later), the same two passes are registered as
+# the operators fa_stages::forward and fa_stages::backward, with shape-only ("fake")
+# versions, so that torch.compile traces through attention() without breaking its graph.
+# Elsewhere attention() is the autograd.Function above.
+CUSTOM_OPS = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+if CUSTOM_OPS:
+
+    @torch.library.custom_op("fa_stages::forward", mutates_args=())
+    def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                    stage: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return forward(q, k, v, causal, scale or None, stage)
+
+    @_forward_op.register_fake
+    def _(q, k, v, causal, scale, stage):
+        return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+    @torch.library.custom_op("fa_stages::backward", mutates_args=())
+    def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                     grad_o: torch.Tensor, causal: bool,
+                     scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return backward(q, k, v, o, lse, grad_o, causal, scale or None)
+
+    @_backward_op.register_fake
+    def _(q, k, v, o, lse, grad_o, causal, scale):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def _setup_context(ctx, inputs, output):
+        q, k, v, causal, scale, _ = inputs
+        ctx.save_for_backward(q, k, v, *output)
+        ctx.causal, ctx.scale = causal, scale
+
+    def _backward_of_forward(ctx, grad_o, _grad_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_op(q, k, v, o, lse, grad_o.contiguous(), ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None, None
+
+    _forward_op.register_autograd(_backward_of_forward, setup_context=_setup_context)
+
+
 def attention(q, k, v, causal=False, scale=None, stage="auto"):
     """softmax(scale·Q·Kᵀ)·V, differentiable, as torch.nn.functional.scaled_dot_product_attention
     computes it with is_causal=causal (the mask aligned top-left) and scale (default 1/sqrt(d)).
@@ -231,4 +277,6 @@ def attention(q, k, v, causal=False, scale=None, stage="auto"):
     float16 and bfloat16) or any of FORWARD_STAGES.
     """
     stage = _check(q, k, v, causal, scale, stage)
+    if CUSTOM_OPS:
+        return _forward_op(q, k, v, causal, float(scale or 0.0), stage)[0]
     return _Attention.apply(q, k, v, causal, scale, stage)
