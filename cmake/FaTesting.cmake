@@ -36,3 +36,19 @@ function(fa_add_cli_test name)
   set_tests_properties(${name} PROPERTIES TIMEOUT 600 LABELS cli
                        SKIP_REGULAR_EXPRESSION "no CUDA GPU is available")
 endfunction()
+
+# fa_python_with(<var> <module>): sets <var> to the first of Python3_EXECUTABLE and
+# /usr/bin/python3 that imports <module> (Debian packages such as python3-torch and
+# python3-selenium are for Debian's own python3, which need not be the first on PATH), or
+# to Python3_EXECUTABLE when neither does (the test then reports itself skipped).
+function(fa_python_with var module)
+  set(found ${Python3_EXECUTABLE})
+  foreach(py IN ITEMS ${Python3_EXECUTABLE} /usr/bin/python3)
+    execute_process(COMMAND ${py} -c "import ${module}" RESULT_VARIABLE missing OUTPUT_QUIET ERROR_QUIET)
+    if(missing EQUAL 0)
+      set(found ${py})
+      break()
+    endif()
+  endforeach()
+  set(${var} ${found} PARENT_SCOPE)
+endfunction()

@@ -114,9 +114,6 @@ void select_device([[maybe_unused]] int device) {
 /// Why the last call failed.
 FA_API const char* fa_stages_error() { return g_error.c_str(); }
 
-/// 1 for the CPU backend's library, 0 for the GPU's.
-FA_API int fa_stages_is_cpu_backend() { return FA_CPU_BACKEND; }
-
 /// Writes the device's name (at most `size` bytes with the terminating zero) into `name`.
 FA_API int fa_stages_device_name(int device, char* name, int size) {
   return guarded([&] {
