@@ -84,14 +84,17 @@ Comparison compare_with_baseline(DType t, const float* got, const double* want, 
   return compare(got, want, n, tolerance_for(t, ref_max, base_err), max_report);
 }
 
-Tolerance fp32_cancelling_tolerance(const double* want, const float* baseline, int64_t n, double terms_max_abs) {
+Tolerance cancelling_tolerance(DType t, const double* want, const float* baseline, int64_t n, double terms_max_abs) {
   const auto [ref_max, base_err] = reference_max_and_baseline_error(want, baseline, n);
-  return fp32_tolerance(std::max(ref_max, terms_max_abs), base_err);
+  if (t == DType::F32) return fp32_tolerance(std::max(ref_max, terms_max_abs), base_err);
+  Tolerance tol = tolerance_for(t, ref_max, base_err);
+  tol.atol = std::max(tol.atol, kFp32AtolFloor * terms_max_abs);  // fp32 accumulation of the terms
+  return tol;
 }
 
 Comparison compare_fp32_cancelling(const float* got, const double* want, const float* baseline, int64_t n,
                                    double terms_max_abs, int max_report) {
-  return compare(got, want, n, fp32_cancelling_tolerance(want, baseline, n, terms_max_abs), max_report);
+  return compare(got, want, n, cancelling_tolerance(DType::F32, want, baseline, n, terms_max_abs), max_report);
 }
 
 std::string describe(const Comparison& c, const IndexNamer& name) {

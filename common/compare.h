@@ -100,8 +100,12 @@ Comparison compare_with_baseline(DType t, const float* got, const double* want, 
 Comparison compare_fp32_cancelling(const float* got, const double* want, const float* baseline, int64_t n,
                                    double terms_max_abs, int max_report = 5);
 
-/// The tolerance compare_fp32_cancelling() compares with, for a caller that adds to it.
-Tolerance fp32_cancelling_tolerance(const double* want, const float* baseline, int64_t n, double terms_max_abs);
+/**
+ * The tolerance compare_fp32_cancelling() compares with (t = fp32), for a caller that adds to
+ * it; for fp16 and bf16, tolerance_for() with the same baseline, its absolute part at least
+ * the fp32 floor of the terms' size (a 16-bit backward pass accumulates its sums in fp32).
+ */
+Tolerance cancelling_tolerance(DType t, const double* want, const float* baseline, int64_t n, double terms_max_abs);
 
 /// Names an element for messages, e.g. "O[b=0,h=3,i=17,c=5]".
 using IndexNamer = std::function<std::string(int64_t)>;

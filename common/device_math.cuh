@@ -1,8 +1,9 @@
 /**
  * \file device_math.cuh
  * \brief Device helpers that several stages' kernels share: a row's max or sum over this
- *        lane's part of a row of C fragments, as a tree (stages 07 and 08), and 2^x by the
- *        hardware's approximation (stages 07, 08 and 10).
+ *        lane's part of a row of C fragments, as a tree (stages 07 and 08), 2^x by the
+ *        hardware's approximation (stages 07, 08, 10 and 11), and fp32 atomic adds of a few
+ *        neighbouring floats (stages 10 and 11).
  *
  * The PTX wrappers that are a lesson of their own stay in their stage (stage 06's
  * mma.cuh, stage 07's cp_async.cuh, stage 08's hopper.cuh); these are the small pieces
@@ -66,6 +67,22 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 #endif
+}
+
+/// dst[0 .. N) += v[0 .. N), each element atomically: one 128-bit (or 64-bit) reduction on
+/// GPUs that have them (compute capability 9.0 and later) when VECTOR, N scalar ones otherwise.
+template <int N, bool VECTOR>
+__device__ __forceinline__ void atomic_add_vec(float* dst, const float* v) {
+#if defined(FA_CPU_KERNEL) || __CUDA_ARCH__ >= 900
+  if constexpr (VECTOR && N == 4) {
+    atomicAdd(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
+  } else if constexpr (VECTOR && N == 2) {
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v[0], v[1]));
+  } else  // one float: the scalar atomic below
+#endif
+  {
+    for (int i = 0; i < N; ++i) atomicAdd(dst + i, v[i]);
+  }
 }
 
 }  // namespace fa::dev

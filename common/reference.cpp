@@ -239,10 +239,13 @@ void baseline_softmax_fp32(const float* x, int64_t rows, int64_t cols, float* p,
 namespace {
 
 // The backward pass in precision Real, from the formulas (see reference.h).
+// With `lowp` (fp16 or bf16), as a tensor-core backward pass rounds: D from O rounded to
+// that type, P rounded before dV = Pᵀ·dO, dS rounded before dQ and dK, the gradients rounded.
 template <typename Real>
 AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q, const float* k, const float* v,
                                        const float* d_o, AttentionGradients<Real>* term_sums,
-                                       double* lse_max_abs = nullptr) {
+                                       double* lse_max_abs = nullptr, DType lowp = DType::F32) {
+  const auto rnd = [lowp](Real x) { return lowp == DType::F32 ? x : static_cast<Real>(round_to(lowp, static_cast<float>(x))); };
   const int64_t d = p.dim, nq = p.seq_q, nkv = p.seq_kv;
   const Real scale = static_cast<Real>(p.scale);
   AttentionGradients<Real> g;
@@ -279,12 +282,20 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
         dp[static_cast<size_t>(j)] = dot<Real>(doi, vh + j * d, d);
         big_d += prob[static_cast<size_t>(j)] * dp[static_cast<size_t>(j)];
       }
+      if (lowp != DType::F32) {  // D = rowsum(dO ∘ O), with O as the forward pass stored it
+        big_d = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          Real o = 0;
+          for (int64_t j = 0; j < visible; ++j) o += prob[static_cast<size_t>(j)] * static_cast<Real>(vh[j * d + c]);
+          big_d += static_cast<Real>(doi[c]) * rnd(o);
+        }
+      }
       // dV_j += P_ij·dO_i;  dS_ij = P_ij·(dP_ij − D_i);  dQ_i += scale·dS_ij·K_j;  dK_j += scale·dS_ij·Q_i.
       for (int64_t j = 0; j < visible; ++j) {
         const Real pij = prob[static_cast<size_t>(j)];
-        const Real ds = pij * (dp[static_cast<size_t>(j)] - big_d);
+        const Real ds = rnd(pij * (dp[static_cast<size_t>(j)] - big_d));
         for (int64_t c = 0; c < d; ++c) {
-          dv[j * d + c] += pij * static_cast<Real>(doi[c]);
+          dv[j * d + c] += rnd(pij) * static_cast<Real>(doi[c]);
           dqi[c] += scale * ds * static_cast<Real>(kh[j * d + c]);
           dk[j * d + c] += scale * ds * static_cast<Real>(qi[c]);
         }
@@ -312,6 +323,10 @@ AttentionGradients<Real> backward_rows(const AttentionProblem& p, const float* q
       }
     }
   }
+  if (lowp != DType::F32) {
+    for (std::vector<Real>* x : {&g.dq, &g.dk, &g.dv})
+      for (Real& e : *x) e = rnd(e);
+  }
   return g;
 }
 
@@ -327,6 +342,11 @@ AttentionGradients<double> reference_attention_backward(const AttentionProblem& 
 AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProblem& p, const float* q,
                                                            const float* k, const float* v, const float* d_o) {
   return backward_rows<float>(p, q, k, v, d_o, nullptr);
+}
+
+AttentionGradients<float> baseline_attention_backward(const AttentionProblem& p, const float* q, const float* k,
+                                                      const float* v, const float* d_o) {
+  return backward_rows<float>(p, q, k, v, d_o, nullptr, nullptr, p.dtype);
 }
 
 }  // namespace fa

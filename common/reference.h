@@ -117,6 +117,15 @@ AttentionGradients<float> baseline_attention_backward_fp32(const AttentionProble
                                                            const float* k, const float* v, const float* d_o);
 
 /**
+ * The same-precision baseline of `p.dtype`: baseline_attention_backward_fp32() for fp32; for
+ * fp16 and bf16, float32 arithmetic with the roundings of a tensor-core backward pass (16-bit
+ * operands, fp32 accumulation): D from O rounded to that type, P rounded before dV = Pᵀ·dO,
+ * dS rounded before dQ = scale·dS·K and dK = scale·dSᵀ·Q, and the gradients rounded.
+ */
+AttentionGradients<float> baseline_attention_backward(const AttentionProblem& p, const float* q, const float* k,
+                                                      const float* v, const float* d_o);
+
+/**
  * Row softmax in float64: for each of `rows` rows of `cols` values, m = max(x),
  * l = Σ exp(x − m), p = exp(x − m) / l.
  *

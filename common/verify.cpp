@@ -78,6 +78,7 @@ GradientCheck check_attention_backward(const AttentionProblem& p, const Attentio
     std::vector<double> want;
     double terms_max = 0;  // the largest sum of |terms| behind an element
     double lse_max = 0;    // the largest |log-sum-exp| of a row
+    DType dtype = DType::F32;
     void add(const std::vector<float>& all, int64_t bh, std::ptrdiff_t n, const std::vector<double>& ref,
              const std::vector<float>& baseline, const std::vector<double>& term_sums) {
       got.insert(got.end(), all.begin() + bh * n, all.begin() + (bh + 1) * n);
@@ -98,7 +99,7 @@ GradientCheck check_attention_backward(const AttentionProblem& p, const Attentio
     // about 2.3e-4.
     Comparison compare() const {
       const auto n = static_cast<int64_t>(got.size());
-      Tolerance tol = fp32_cancelling_tolerance(want.data(), base.data(), n, terms_max);
+      Tolerance tol = cancelling_tolerance(dtype, want.data(), base.data(), n, terms_max);
       tol.atol += kBaselineErrorFactor * 0x1.0p-24 * lse_max * terms_max;
       return fa::compare(got.data(), want.data(), n, tol);
     }
@@ -110,9 +111,9 @@ GradientCheck check_attention_backward(const AttentionProblem& p, const Attentio
     double lse_max = 0;
     const AttentionGradients<double> ref =
         reference_attention_backward(one, q.data(), k.data(), v.data(), g.data(), &term_sums, &lse_max);
-    for (Gathered* x : {&dq, &dk, &dv}) x->lse_max = std::max(x->lse_max, lse_max);
+    for (Gathered* x : {&dq, &dk, &dv}) x->lse_max = std::max(x->lse_max, lse_max), x->dtype = p.dtype;
     const AttentionGradients<float> base =
-        baseline_attention_backward_fp32(one, q.data(), k.data(), v.data(), g.data());
+        baseline_attention_backward(one, q.data(), k.data(), v.data(), g.data());
     dq.add(got.dq, bh, q_n, ref.dq, base.dq, term_sums.dq);
     dk.add(got.dk, bh, kv_n, ref.dk, base.dk, term_sums.dk);
     dv.add(got.dv, bh, kv_n, ref.dv, base.dv, term_sums.dv);

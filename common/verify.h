@@ -51,9 +51,10 @@ struct GradientCheck {
 
 /**
  * Compares the gradients `got` (full [B, H, N, d] tensors) on `heads` with the float64
- * reference gradients of the same Q, K, V and dO `d_o`: the fp32 tolerance from the fp32
- * baseline's error, its floor from the size of the gradients' terms
- * (compare_fp32_cancelling() with the reference's term sums). Heads are checked whole, because dK and dV of one
+ * reference gradients of the same Q, K, V and dO `d_o`: the tolerance of p.dtype from the
+ * same-precision baseline's error (baseline_attention_backward()), its floor from the size of
+ * the gradients' terms (cancelling_tolerance() with the reference's term sums). For fp16 and
+ * bf16 the inputs and `d_o` are the values the kernel read, already rounded. Heads are checked whole, because dK and dV of one
  * key depend on every query row of its head; a head's gradients depend on that head's
  * tensors only, so each is computed as a problem of its own.
  */

@@ -1,0 +1,460 @@
+/**
+ * \file tensor_core_backward.cu
+ * \brief Stage 11: the backward pass on tensor cores. Stage 10's algorithm, with each of
+ *        the five products a tile pair an `mma.sync` on fp16 or bf16 operands.
+ *
+ * The idea: stage 10 recomputes P from the log-sum-exp and runs five products a tile pair on
+ * CUDA cores, in fp32. Here the same five products run on tensor cores, and the layout of
+ * mma.sync's fragments decides where each intermediate lives. The trick is to compute the
+ * transposes: a warp owns 16 keys of the block's K/V tile, and
+ *
+ *     Sᵀ  = K_j·Q_iᵀ      (16 keys × Br queries a warp: keys are the rows of its C fragments)
+ *     dPᵀ = V_j·dO_iᵀ
+ *     Pᵀ  = exp(scale·Sᵀ − lse)        dSᵀ = Pᵀ ∘ (dPᵀ − D)       elementwise, in registers
+ *     dV_j += Pᵀ·dO_i                  Pᵀ is already the A operand: C fragments reused as A
+ *     dK_j += dSᵀ·Q_i                  dSᵀ likewise (times scale once, at the end)
+ *     dQ_i += dS·K_j                   dS's rows are queries: the one product that needs
+ *                                      dSᵀ through shared memory, read back transposed
+ *
+ * So P never leaves registers, and dS goes to shared memory once, for dQ. In full:
+ *
+ *     kernel 1, one warp per query row: D_i = Σ_c dO_ic·O_ic; lse_i·log2(e) and D_i into a
+ *               workspace padded to whole Q tiles (padding: lse = +inf, so P = 0); dQacc_i = 0
+ *     kernel 2, one block per (K/V tile j, batch·head), a warp per 16 keys of the tile:
+ *     copy K_j, V_j; copy the first Q tile (Q_i, dO_i, lse_i, D_i) that sees a key of tile j
+ *     for each such Q tile i:
+ *         wait for tile i; barrier; start copying tile i+1 into the other buffer
+ *         Sᵀ, dPᵀ (mma); mask where the tile crosses the diagonal or the end of the keys
+ *         Pᵀ = 2^(scale·log2e·Sᵀ − lse·log2e);  dSᵀ = Pᵀ ∘ (dPᵀ − D)
+ *         dV_j += Pᵀ·dO_i;  dK_j += dSᵀ·Q_i  (mma, A from registers);  dSᵀ → shared memory
+ *         barrier
+ *         dQacc_i += dS·K_j  (mma, A by ldmatrix.trans), fp32 atomics, 2 floats an atomic
+ *     write dV_j and scale·dK_j, rounded to fp16/bf16
+ *     kernel 3: dQ = scale·dQacc, rounded to fp16/bf16
+ *
+ * What changed since stage 10: the products are mma.sync (stage 06), tiles are copied by
+ * cp.async into swizzled shared memory (stage 07), Q tiles double-buffered; the warps split
+ * the K/V tile by keys instead of splitting the products into two groups; dQ is added into an
+ * fp32 accumulator and rounded by a third kernel, since its atomics cannot add fp16.
+ * Cost: workspace of 8 bytes a (padded) query row and dQ in fp32 (4·Nq·d bytes a head).
+ * HBM traffic: K, V read and dK, dV written once; Q, dO, lse, D read and dQacc added to once
+ * per K/V tile. Parallelism: B·H·⌈Nkv/Bc⌉ blocks.
+ *
+ * Run: `stage11_backward_tensor_cores --batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64`
+ */
+#include "stages/11_backward_tensor_cores/tensor_core_backward.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/cuda_check.h"
+#include "common/device_math.cuh"
+#include "common/errors.h"
+#include "common/head_dim.h"
+#include "stages/06_tensor_cores/mma.cuh"
+#include "stages/07_memory_pipeline/cp_async.cuh"
+#include "stages/11_backward_tensor_cores/tuning.h"
+
+namespace fa::tc_backward {
+
+using dev::atomic_add_vec;
+using dev::fast_exp2;
+using pipe::cp_async_16;
+using pipe::cp_async_commit;
+using pipe::cp_async_wait;
+using pipe::swizzle;
+using tc::ldmatrix_x4;
+using tc::ldmatrix_x4_trans;
+using tc::mma_m16n8k16;
+using tc::pack2;
+
+constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(e))
+
+/// The main kernel's shape for head dimension D under configuration S (tuning.h; the
+/// finished kernel is Config<D, Tuned>).
+template <int HD, class S>
+struct Config {
+  static constexpr int D = HD;  ///< head dimension
+  /// Keys a block owns, 16 a warp, chosen by measurement (LOG.md): 64 (4 warps) up to
+  /// d = 64, 128 (8 warps, which share each Q tile's copies and ldmatrix reads) at d = 128.
+  static constexpr int Bc = S::bc > 0 ? S::bc : (D >= 128 ? 128 : 64);
+  static constexpr int WARPS = Bc / 16;       ///< warps a block
+  static constexpr int THREADS = 32 * WARPS;  ///< threads a block
+  /// dQ_i (Br × D) split among the warps: each owns a 16-row m-tile of queries and a range of
+  /// DQ_COLS columns, computed DQ_CHUNK columns at a time so that its accumulators stay small
+  /// beside dK's and dV's.
+  static constexpr int WARPS_PER_MTILE = WARPS / (Br / 16);   ///< warps that share one m-tile of dQ
+  static constexpr int DQ_COLS = D / WARPS_PER_MTILE;          ///< columns of dQ a warp owns
+  static constexpr int DQ_CHUNK = DQ_COLS < 64 ? DQ_COLS : 64;  ///< columns of dQ a warp computes at once
+  static_assert(WARPS % (Br / 16) == 0 && DQ_COLS % 16 == 0, "the warps split dQ into whole fragments");
+  /// Blocks a multiprocessor should hold (__launch_bounds__): dK and dV's accumulators take
+  /// D registers a thread, Sᵀ and dPᵀ Br/2 more.
+  static constexpr int MIN_BLOCKS = S::min_blocks > 0 ? S::min_blocks : (D <= 64 ? 2 : 1);
+  /// Shared memory: K, V, two buffers of Q and dO, dSᵀ (16-bit elements), two buffers of lse and D.
+  static constexpr std::size_t SMEM_BYTES = static_cast<std::size_t>((2 * Bc + 4 * Br) * D + Bc * Br) * 2 +
+                                            static_cast<std::size_t>(4 * Br) * 4;
+};
+
+/// The value of a 16-bit element as a float.
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+/// The value of a 16-bit element as a float.
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/// Starts copying ROWS rows of D 16-bit elements into a swizzled tile, 16 bytes a cp.async;
+/// rows at or past `valid` are zero-filled by the copy (valid >= 1).
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void copy_tile(T* tile, const T* src, int valid) {
+  constexpr int CHUNKS = D / 8;  // 16-byte chunks a row
+  for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += THREADS) {
+    const int r = idx / CHUNKS, c = idx % CHUNKS;
+    const bool inside = r < valid;
+    cp_async_16(tile + swizzle<D>(r, c), src + (inside ? r * D + 8 * c : 0), inside);
+  }
+}
+
+/// Kernel 1, one warp a row of the padded workspace [B·H][Nq_pad]: D_i = Σ_c dO_ic·O_ic and
+/// lse_i·log2(e) for the main kernel's copies, +inf and 0 for the padding rows past Nq (so
+/// that P = 2^(s − inf) = 0 there); and dQ's accumulator zeroed.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) prepare_kernel(const T* O, const T* dO, const float* lse, float* lse2,
+                                                      float* Dvec, float* dQacc, int64_t seq_q, int64_t seq_q_pad,
+                                                      int64_t padded_rows) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (row >= padded_rows) return;
+  const int64_t bh = row / seq_q_pad, i = row % seq_q_pad;
+  if (i >= seq_q) {
+    if (lane == 0) lse2[row] = INFINITY, Dvec[row] = 0.0f;
+    return;
+  }
+  const int64_t src = bh * seq_q + i;
+  float sum = 0.0f;
+  for (int c = lane; c < D; c += 32) {
+    sum += to_float(dO[src * D + c]) * to_float(O[src * D + c]);
+    dQacc[src * D + c] = 0.0f;
+  }
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) lse2[row] = lse[src] * LOG2E, Dvec[row] = sum;
+}
+
+/// Kernel 2: one block per (K/V tile, batch·head), flattened into blockIdx.x; Q tiles inner.
+template <typename T, int D, class S>
+__global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCKS)
+    dkdv_kernel(const T* Q, const T* K, const T* V, const T* dO, const float* lse2, const float* Dvec, float* dQacc,
+                T* dK, T* dV, int64_t seq_q, int64_t seq_kv, int64_t seq_q_pad, float scale, float scale_log2,
+                bool causal) {
+  using C = Config<D, S>;
+  constexpr int Bc = C::Bc, THREADS = C::THREADS;
+  extern __shared__ uint4 smem[];  // 16-byte aligned, as cp.async and ldmatrix need
+  T* Ks = reinterpret_cast<T*>(smem);  // [Bc][D]        the K tile, for the whole loop (swizzled, as all tiles)
+  T* Vs = Ks + Bc * D;                 // [Bc][D]        the V tile
+  T* Qbuf = Vs + Bc * D;               // [2][Br][D]     Q tiles, double-buffered
+  T* dObuf = Qbuf + 2 * Br * D;        // [2][Br][D]     dO tiles
+  T* dSs = dObuf + 2 * Br * D;         // [Bc][Br]       dSᵀ: rows are keys
+  float* lse_buf = reinterpret_cast<float*>(dSs + Bc * Br);  // [2][Br]  lse·log2(e)
+  float* D_buf = lse_buf + 2 * Br;                           // [2][Br]  D
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;  // fragment coordinates (mma.cuh)
+  const int64_t kv_tiles = (seq_kv + Bc - 1) / Bc;
+  const int64_t bh = blockIdx.x / kv_tiles;
+  const int64_t j0 = (blockIdx.x % kv_tiles) * Bc;
+  const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
+  const T* Qh = Q + bh * seq_q * D;
+  const T* dOh = dO + bh * seq_q * D;
+  const float* lse_h = lse2 + bh * seq_q_pad;
+  const float* D_h = Dvec + bh * seq_q_pad;
+  float* dQh = dQacc + bh * seq_q * D;
+
+  // Starts copying Q tile i0 (Q_i, dO_i, and lse_i, D_i from the padded workspace) into buffer b.
+  const auto copy_q_tile = [&](int64_t i0, int b) {
+    const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
+    copy_tile<T, D, Br, THREADS>(Qbuf + b * Br * D, Qh + i0 * D, q_valid);
+    copy_tile<T, D, Br, THREADS>(dObuf + b * Br * D, dOh + i0 * D, q_valid);
+    for (int c = threadIdx.x; c < 2 * (Br / 4); c += THREADS) {  // 4 floats a copy
+      const bool is_lse = c < Br / 4;
+      const int k = 4 * (is_lse ? c : c - Br / 4);
+      cp_async_16((is_lse ? lse_buf : D_buf) + b * Br + k, (is_lse ? lse_h : D_h) + i0 + k, true);
+    }
+  };
+
+  copy_tile<T, D, Bc, THREADS>(Ks, K + (bh * seq_kv + j0) * D, kv_valid);
+  copy_tile<T, D, Bc, THREADS>(Vs, V + (bh * seq_kv + j0) * D, kv_valid);
+  // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
+  // that holds query j0, the first that sees a key of this tile.
+  const int64_t i_start = causal ? (j0 / Br) * Br : 0;
+  if (i_start < seq_q) copy_q_tile(i_start, 0);
+  cp_async_commit();
+
+  // ldmatrix row addresses, lane by lane (lane 8·i + r gives row r of matrix i; mma.cuh).
+  // Each is swizzled once, here, for the lane's first row and chunk; the identities of
+  // cp_async.cuh give the rest: chunk c ^ δ is an XOR of the offset with 8·δ, and 8·m rows
+  // further on an addition of 8·m row lengths, which ldmatrix takes as a constant.
+  //   A of K or V (rows: the warp's 16 keys), k-step kk of d:
+  const int a_lane = swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), lane / 16);
+  const auto a_at = [&](int kk) { return a_lane ^ (16 * kk); };
+  //   B of Q or dO for Sᵀ, dPᵀ (n even: queries 8n .. 8n + 15), k-step kk of d:
+  const int b_lane = swizzle<D>(lane % 8 + 8 * (lane / 16), lane / 8 % 2);
+  const auto b_at = [&](int n, int kk) { return (b_lane ^ (16 * kk)) + 8 * n * D; };
+  //   B, transposed, of dO or Q (rows: queries 16kk ..) or of K (rows: keys), columns 8n .. 8n + 15 of d:
+  const int t_lane = swizzle<D>(lane % 8 + 8 * (lane / 8 % 2), lane / 16);
+  const auto t_at = [&](int kk, int n) { return (t_lane ^ (8 * n)) + 16 * kk * D; };
+  //   A, transposed, of dS from dSᵀ (rows: keys 16kk ..), the queries of this warp's dQ m-tile:
+  const int mq = warp % (Br / 16);
+  const int ds_lane = swizzle<Br>(lane % 8 + 8 * (lane / 16), 2 * mq + lane / 8 % 2);
+  const auto ds_at = [&](int kk) { return ds_lane + 16 * kk * Br; };
+  //   where this lane writes dSᵀ: keys 16·warp + g (+8), queries 16kk + 2t (+8)
+  const int ds_write = swizzle<Br>(16 * warp + g, 0) + 2 * t;
+
+  // This warp's rows of dV_j and dK_j: keys 16·warp + g (+8), all D columns, fp32.
+  float dv_acc[D / 8][4] = {}, dk_acc[D / 8][4] = {};
+
+  int b = 0;  // the buffer of the current Q tile
+  for (int64_t i0 = i_start; i0 < seq_q; i0 += Br, b ^= 1) {  // ---- the only loop: Q tiles ----
+    cp_async_wait<0>();  // this thread's copies of tile i (and of K_j, V_j) have landed
+    __syncthreads();     // everyone's; and every warp is done with tile i−1, dS included
+    if (i0 + Br < seq_q) {  // tile i+1's copies fly while tile i is computed
+      copy_q_tile(i0 + Br, b ^ 1);
+      cp_async_commit();
+    }
+    const T* Qs = Qbuf + b * Br * D;
+    const T* dOs = dObuf + b * Br * D;
+    const float* lse_s = lse_buf + b * Br;
+    const float* D_s = D_buf + b * Br;
+
+    // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for the warp's 16 keys: Br/8 C fragments each.
+    float s[Br / 8][4] = {}, dp[Br / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ak[4], av[4];
+      ldmatrix_x4(ak, Ks + a_at(kk));
+      ldmatrix_x4(av, Vs + a_at(kk));
+#pragma unroll
+      for (int n = 0; n < Br / 8; n += 2) {
+        uint32_t bq[4], bo[4];
+        ldmatrix_x4(bq, Qs + b_at(n, kk));
+        ldmatrix_x4(bo, dOs + b_at(n, kk));
+        mma_m16n8k16<T>(s[n], ak, bq[0], bq[1]);
+        mma_m16n8k16<T>(s[n + 1], ak, bq[2], bq[3]);
+        mma_m16n8k16<T>(dp[n], av, bo[0], bo[1]);
+        mma_m16n8k16<T>(dp[n + 1], av, bo[2], bo[3]);
+      }
+    }
+
+    // Pᵀ and dSᵀ, elementwise. This lane holds keys g and g + 8 of the warp (h = 0, 1) and
+    // queries 8n + 2t, 8n + 2t + 1. Only a tile that crosses the diagonal or the end of the
+    // keys is masked; queries past Nq need no mask, their lse is +inf.
+    const bool needs_mask = j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0);
+#pragma unroll
+    for (int n = 0; n < Br / 8; ++n) {
+      const float2 lse_q = *reinterpret_cast<const float2*>(lse_s + 8 * n + 2 * t);  // queries 8n + 2t, + 1
+      const float2 D_q = *reinterpret_cast<const float2*>(D_s + 8 * n + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = 16 * warp + g + 8 * (e / 2), q = 8 * n + 2 * t + e % 2;
+        float x = s[n][e];
+        if (needs_mask && (key >= kv_valid || (causal && j0 + key > i0 + q))) x = -INFINITY;
+        const float p = fast_exp2<true>(fmaf(x, scale_log2, -(e % 2 ? lse_q.y : lse_q.x)));
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - (e % 2 ? D_q.y : D_q.x));
+      }
+    }
+
+    // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i: the C fragments of Pᵀ and dSᵀ, rounded to T, are
+    // the A fragments (k = queries), as P was in stage 06's P·V.
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk) {
+      const uint32_t ap[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t ads[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]), pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
+                               pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                               pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t bo[4], bq[4];
+        ldmatrix_x4_trans(bo, dOs + t_at(kk, n));
+        ldmatrix_x4_trans(bq, Qs + t_at(kk, n));
+        mma_m16n8k16<T>(dv_acc[n], ap, bo[0], bo[1]);
+        mma_m16n8k16<T>(dv_acc[n + 1], ap, bo[2], bo[3]);
+        mma_m16n8k16<T>(dk_acc[n], ads, bq[0], bq[1]);
+        mma_m16n8k16<T>(dk_acc[n + 1], ads, bq[2], bq[3]);
+      }
+      // dSᵀ into shared memory for dQ: keys g, g + 8 of the warp, queries 16kk + 2t (+1), +8.
+      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk))) = ads[0];
+      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk)) + 8 * Br) = ads[1];
+      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk + 8))) = ads[2];
+      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ads[3];
+    }
+    __syncthreads();  // dSᵀ is in shared memory
+
+    // dQacc_i += dS·K_j (scale is applied by kernel 3): this warp's m-tile of 16 queries and
+    // DQ_COLS columns, DQ_CHUNK at a time; every K/V tile of the head adds to the same rows,
+    // from other blocks: fp32 atomics in L2, two neighbouring floats an instruction.
+    const int c0 = warp / (Br / 16) * C::DQ_COLS;
+#pragma unroll
+    for (int chunk = c0; chunk < c0 + C::DQ_COLS; chunk += C::DQ_CHUNK) {
+      float dq[C::DQ_CHUNK / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, dSs + ds_at(kk));
+#pragma unroll
+        for (int n = 0; n < C::DQ_CHUNK / 8; n += 2) {
+          uint32_t bk[4];
+          ldmatrix_x4_trans(bk, Ks + t_at(kk, chunk / 8 + n));
+          mma_m16n8k16<T>(dq[n], a, bk[0], bk[1]);
+          mma_m16n8k16<T>(dq[n + 1], a, bk[2], bk[3]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t q = i0 + 16 * mq + g + 8 * h;
+        if (q >= seq_q) continue;
+#pragma unroll
+        for (int n = 0; n < C::DQ_CHUNK / 8; ++n) {
+          const float add[2] = {dq[n][2 * h], dq[n][2 * h + 1]};
+          atomic_add_vec<2, true>(dQh + q * D + chunk + 8 * n + 2 * t, add);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // K_j and V_j, when no Q tile sees this tile (causal, Nq < Nkv)
+
+  // The only writes of dV_j and dK_j, rounded to T: rows past Nkv are not written.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = 16 * warp + g + 8 * h;
+    if (key >= kv_valid) continue;
+    const int64_t at = (bh * seq_kv + j0 + key) * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dV + at + 8 * n) = pack2<T>(dv_acc[n][2 * h], dv_acc[n][2 * h + 1]);
+      *reinterpret_cast<uint32_t*>(dK + at + 8 * n) =
+          pack2<T>(scale * dk_acc[n][2 * h], scale * dk_acc[n][2 * h + 1]);
+    }
+  }
+}
+
+/// Kernel 3: dQ = scale·dQacc, rounded to T, two elements a thread a step.
+template <typename T>
+__global__ void __launch_bounds__(256) convert_dq_kernel(const float* dQacc, T* dQ, int64_t pairs, float scale) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < pairs;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float2 v = reinterpret_cast<const float2*>(dQacc)[k];
+    reinterpret_cast<uint32_t*>(dQ)[k] = pack2<T>(scale * v.x, scale * v.y);
+  }
+}
+
+namespace {
+
+/// Query rows of one head in the padded workspace: whole Q tiles.
+int64_t padded_seq_q(const AttentionProblem& p) { return (p.seq_q + Br - 1) / Br * Br; }
+
+/// Where each piece of the workspace starts.
+struct Workspace {
+  float* lse2;   ///< [B·H][Nq_pad]
+  float* Dvec;   ///< [B·H][Nq_pad]
+  float* dQacc;  ///< [B·H·Nq][d]
+};
+
+Workspace split_workspace(const AttentionProblem& p, void* workspace) {
+  const int64_t padded = p.batch_heads() * padded_seq_q(p);  // a multiple of 64: each piece stays 16-byte aligned
+  float* base = static_cast<float*>(workspace);
+  return {base, base + padded, base + 2 * padded};
+}
+
+template <typename T, int D, class S>
+void launch(const AttentionProblem& p, const Tensors& t, void* workspace) {
+  using C = Config<D, S>;
+  const Workspace ws = split_workspace(p, workspace);
+  const int64_t seq_q_pad = padded_seq_q(p);
+  const int64_t padded_rows = p.batch_heads() * seq_q_pad;
+  const int64_t prep_blocks = (padded_rows + 7) / 8;
+  const int64_t kv_blocks = (p.seq_kv + C::Bc - 1) / C::Bc * p.batch_heads();
+  if (prep_blocks > 0x7fffffff || kv_blocks > 0x7fffffff) {
+    throw InputError("stage 11: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
+  }
+  prepare_kernel<T, D><<<static_cast<unsigned>(prep_blocks), 256>>>(
+      static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), t.lse, ws.lse2, ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad,
+      padded_rows);
+  FA_CHECK_LAUNCH("prepare_kernel");
+
+  const std::size_t smem = C::SMEM_BYTES;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  dkdv_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), C::THREADS, smem>>>(
+      static_cast<const T*>(t.q), static_cast<const T*>(t.k), static_cast<const T*>(t.v),
+      static_cast<const T*>(t.d_o), ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv), p.seq_q,
+      p.seq_kv, seq_q_pad, p.scale, p.scale * LOG2E, p.causal);
+  FA_CHECK_LAUNCH("dkdv_kernel");
+
+  const int64_t pairs = p.q_elems() / 2;
+  const int64_t convert_blocks = std::min<int64_t>((pairs + 255) / 256, 65535);
+  convert_dq_kernel<T><<<static_cast<unsigned>(convert_blocks), 256>>>(ws.dQacc, static_cast<T*>(t.dq), pairs,
+                                                                       p.scale);
+  FA_CHECK_LAUNCH("convert_dq_kernel");
+}
+
+/// A variant of tuning.h on the demo's tensors, built for what LOG.md measures: d = 64 and 128.
+template <class S>
+void run_variant(const AttentionProblem& p, const BackwardTensors& t, void* workspace) {
+  if (p.dim != 64 && p.dim != 128) {
+    throw InputError(std::string("stage 11's variant ") + S::name + " runs d = 64 and 128 only");
+  }
+  const Tensors tensors{t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv};
+  tc::with_mma_type(p.dtype, "stage 11", [&](auto type) {
+    (p.dim == 64 ? launch<decltype(type), 64, S> : launch<decltype(type), 128, S>)(p, tensors, workspace);
+  });
+}
+
+}  // namespace
+
+int key_tile_rows(int64_t d) {
+  return with_head_dim(d, [](auto D) { return Config<decltype(D)::value, Tuned>::Bc; });
+}
+
+std::size_t shared_bytes(int64_t d) {
+  return with_head_dim(d, [](auto D) { return Config<decltype(D)::value, Tuned>::SMEM_BYTES; });
+}
+
+std::size_t workspace_bytes(const AttentionProblem& p) {
+  return static_cast<std::size_t>(2 * p.batch_heads() * padded_seq_q(p) + p.q_elems()) * sizeof(float);
+}
+
+double hbm_bytes_model(const AttentionProblem& p) {
+  const double e = static_cast<double>(dtype_bytes(p.dtype));
+  const double q = static_cast<double>(p.q_elems()), kv = static_cast<double>(p.kv_elems());
+  const double rows = static_cast<double>(p.batch_heads() * padded_seq_q(p));
+  const double kv_tiles = static_cast<double>((p.seq_kv + key_tile_rows(p.dim) - 1) / key_tile_rows(p.dim));
+  const double kernel1 = 2 * q * e + 4 * (static_cast<double>(p.rows()) + 2 * rows + q);  // O, dO, lse in; lse2, D, zeroed dQacc out
+  const double once = 2 * kv * e + 2 * kv * e;                       // read K, V; write dK, dV
+  const double per_kv_tile = 2 * q * e + 4 * 2 * rows + 4 * 2 * q;  // read Q, dO, lse2, D; read and write dQacc
+  const double kernel3 = 4 * q + e * q;                              // dQacc in, dQ out
+  return kernel1 + once + kv_tiles * per_kv_tile + kernel3;
+}
+
+double flops(const AttentionProblem& p) { return 2.5 * p.flops(); }
+
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace) {
+  with_head_dim(p.dim, [&](auto D) {
+    tc::with_mma_type(p.dtype, "stage 11",
+                      [&](auto type) { launch<decltype(type), decltype(D)::value, Tuned>(p, t, workspace); });
+  });
+}
+
+// The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage11.sh (a
+// planted copy of this file leaves them out: cmake/FaStage.cmake).
+std::vector<Variant<BackwardStageRun>> variants() {
+  return std::apply(
+      [](auto... s) {
+        return std::vector<Variant<BackwardStageRun>>{{s.name, s.summary, run_variant<decltype(s)>}...};
+      },
+      Variants{});
+}
+
+}  // namespace fa::tc_backward

@@ -1,0 +1,61 @@
+/**
+ * \file tensor_core_backward.h
+ * \brief Stage 11's host interface: the backward pass on tensor cores (mma.sync), fp16 or
+ *        bf16 operands with fp32 accumulation, P recomputed from the forward's log-sum-exp.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/problem.h"
+
+namespace fa::tc_backward {
+
+constexpr int Br = 64;  ///< query rows per tile (the inner loop)
+
+/// Bc, the key/value rows one block owns, for head dimension d.
+int key_tile_rows(int64_t d);
+
+/// Shared memory one block of the main kernel uses for head dimension d.
+std::size_t shared_bytes(int64_t d);
+
+/// Device bytes the backward pass needs beyond its inputs and gradients: each query row's
+/// D and log-sum-exp (padded to whole Q tiles), and dQ's fp32 accumulator.
+std::size_t workspace_bytes(const AttentionProblem& p);
+
+/// Device pointers of one backward pass: Q, K, V, O, dO and the gradients in p.dtype (fp16
+/// or bf16), contiguous, row-major, 16-byte aligned as cudaMalloc's are; the lse in fp32.
+struct Tensors {
+  const void* q;     ///< [B, H, Nq, d]
+  const void* k;     ///< [B, H, Nkv, d]
+  const void* v;     ///< [B, H, Nkv, d]
+  const void* o;     ///< [B, H, Nq, d], the forward's output
+  const void* d_o;   ///< [B, H, Nq, d], the gradient of the loss with respect to O
+  const float* lse;  ///< [B, H, Nq], the forward's log-sum-exp of each row (natural log)
+  void* dq;          ///< [B, H, Nq, d], written
+  void* dk;          ///< [B, H, Nkv, d], written
+  void* dv;          ///< [B, H, Nkv, d], written
+};
+
+/**
+ * The gradients of attention on tensor cores, FlashAttention-2's backward algorithm (stage
+ * 10's) with every product an `mma.sync`: D = rowsum(dO ∘ O) in one kernel (which also
+ * zeroes dQ's fp32 accumulator), then one block per (K/V tile, batch·head) that loops over
+ * the Q tiles, keeps dK and dV of its tile in registers and adds its share of dQ into the
+ * accumulator with atomics, then one kernel that rounds dQ to p.dtype. Causal is top-left;
+ * tiles above the diagonal are skipped.
+ * \param p the problem (fp16 or bf16); \param t the tensors;
+ * \param workspace workspace_bytes(p) bytes of device memory, 16-byte aligned.
+ * \throws InputError for fp32 or an unsupported head dimension.
+ */
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+
+/// HBM bytes one backward pass moves according to the IO model (see the README).
+double hbm_bytes_model(const AttentionProblem& p);
+
+/// FLOPs of one backward pass: five matrix products of 2·Nq·Nkv·d each, per head (2.5×
+/// the forward's two). The causal mask is not subtracted, as in AttentionProblem::flops().
+double flops(const AttentionProblem& p);
+
+}  // namespace fa::tc_backward

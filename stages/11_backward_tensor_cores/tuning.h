@@ -1,0 +1,61 @@
+/**
+ * \file tuning.h
+ * \brief Stage 11's typed configuration: the choices the finished backward kernel makes,
+ *        one per step of the stage's LOG.md, and the variants that each undo one of them.
+ *
+ * The main kernel (tensor_core_backward.cu) is a template on one of these structs. The
+ * public header knows only the finished kernel; this file is for the kernel file, the tests
+ * (which run every variant on the CPU backend) and `--variant`, with which the demo runs
+ * any variant and benchmarks/tune_stage11.sh times them all from one build:
+ *
+ *     stage11_backward_tensor_cores --variant bc64      # 64 keys a block at every head dim
+ */
+#pragma once
+
+#include <tuple>
+#include <vector>
+
+#include "common/backward_demo.h"
+#include "stages/11_backward_tensor_cores/tensor_core_backward.h"
+
+namespace fa::tc_backward {
+
+/// The finished kernel. Each member is a step of LOG.md; a variant derives from this
+/// struct and changes one member.
+struct Tuned {
+  static constexpr const char* name = "tuned";  ///< what --variant takes
+  /// How the variant differs from the finished kernel, for --help.
+  static constexpr const char* summary = "the finished kernel, as the demo runs it without --variant";
+  static constexpr int bc = 0;          ///< keys a block (16 a warp); 0: the kernel's choice per head dim
+  static constexpr int min_blocks = 0;  ///< __launch_bounds__' blocks per SM; 0: the kernel's choice
+};
+
+// The variants LOG.md measures, each the finished kernel with one change.
+
+/// The variant `Bc64` (see its summary).
+struct Bc64 : Tuned {
+  static constexpr const char* name = "bc64";  ///< --variant bc64
+  static constexpr const char* summary = "64 keys a block (4 warps) at every head dim";  ///< for --help
+  static constexpr int bc = 64;  ///< the change
+};
+/// The variant `Bc128` (see its summary).
+struct Bc128 : Tuned {
+  static constexpr const char* name = "bc128";  ///< --variant bc128
+  static constexpr const char* summary = "128 keys a block (8 warps) at every head dim";  ///< for --help
+  static constexpr int bc = 128;  ///< the change
+};
+/// The variant `Min3` (see its summary).
+struct Min3 : Tuned {
+  static constexpr const char* name = "min3";  ///< --variant min3
+  /// For --help.
+  static constexpr const char* summary = "__launch_bounds__ asks for 3 blocks per SM (registers capped at 168)";
+  static constexpr int min_blocks = 3;  ///< the change
+};
+
+/// Every variant, in LOG.md's order, the finished kernel first.
+using Variants = std::tuple<Tuned, Bc64, Bc128, Min3>;
+
+/// The variants as the demo runs them (`--variant NAME`); each runs d = 64 and 128.
+std::vector<Variant<BackwardStageRun>> variants();
+
+}  // namespace fa::tc_backward
