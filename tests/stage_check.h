@@ -38,6 +38,17 @@ inline bool race_detector_on() {
 #endif
 }
 
+/// Whether the race detector's shared-memory rules check the next launch: the detector is on
+/// and blocks run one at a time (with blocks in flight together, as FA_CPU_SHAKE runs them,
+/// those rules are off and only races between blocks in global memory are reported).
+inline bool shared_race_rules_on() {
+#if FA_CPU_BACKEND
+  return race_detector_on() && fa_cpu::options().blocks_at_once <= 1;
+#else
+  return false;
+#endif
+}
+
 /// For its lifetime, on the CPU backend: `blocks` blocks in flight together, taking turns
 /// at every barrier, atomic and global store, with the race detector off
 /// (fa_cpu::Options::blocks_at_once), so that a race between blocks shows as the wrong

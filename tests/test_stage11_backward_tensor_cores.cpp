@@ -208,7 +208,7 @@ TEST_CASE("stage 11: the checks catch planted bugs", "[stage11][planted]") {
   // copy's write and the ldmatrix's read with no wait between them; without it, a copy lands
   // only at its wait, so the gradients come from stale tiles. On a GPU the copies often win.
   if (fa::is_cpu_backend()) {
-    if (fa::test::race_detector_on()) {
+    if (fa::test::shared_race_rules_on()) {
       REQUIRE_THROWS_WITH(run_and_check(p, 3, 1.0f, fa::tc_backward::no_wait::attention_backward),
                           fa::test::HasSubstring("shared-memory race") && fa::test::HasSubstring("cp_async.cuh"));
     }
