@@ -50,6 +50,8 @@
 
 namespace fa::backward {
 
+using dev::atomic_add_vec;
+
 // The block's 256 threads are two warp groups of 128 that share the work of each tile pair
 // (see the README's tuning log for why): group 0 computes S and P, then dV_j += Pᵀ·dO_i;
 // group 1 computes dP and dS, then dK_j += dSᵀ·Q_i; then all 256 threads compute dQ_i. The
@@ -124,22 +126,6 @@ __device__ void load_vec(float* dst, const float* src) {
     dst[0] = v.x, dst[1] = v.y;
   } else {
     dst[0] = *src;
-  }
-}
-
-/// dst[0 .. N) += v[0 .. N), each element atomically: one 128-bit (or 64-bit) reduction on
-/// GPUs that have them (compute capability 9.0 and later) when VECTOR, N scalar ones otherwise.
-template <int N, bool VECTOR>
-__device__ void atomic_add_vec(float* dst, const float* v) {
-#if defined(FA_CPU_KERNEL) || __CUDA_ARCH__ >= 900
-  if constexpr (VECTOR && N == 4) {
-    atomicAdd(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
-  } else if constexpr (VECTOR && N == 2) {
-    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v[0], v[1]));
-  } else  // one float: the scalar atomic below
-#endif
-  {
-    for (int i = 0; i < N; ++i) atomicAdd(dst + i, v[i]);
   }
 }
 
