@@ -87,16 +87,17 @@ GradientCheck check_attention_backward(const AttentionProblem& p, const Attentio
       for (double t : term_sums) terms_max = std::max(terms_max, t);
     }
     // The fp32 tolerance, plus what rebuilding P = exp(S − lse) in float32 costs where the
-    // logits are large. S is computed twice, in the forward pass (into lse, itself rounded)
-    // and again in the backward pass, each time with rounding errors of a few units of
-    // u·|lse| (u = 2^-24) that do not cancel, and an error e in an exponent is a relative
-    // error e in P, so in every term. The fp32 baseline computes S once, and its rounding
-    // cancels between S and its own lse. As for the baseline's error, 8 times that unit is
-    // allowed. At ordinary logits (|lse| near log Nkv) this adds almost nothing; at logits in
-    // the thousands (|lse| ~ 1000, so 6e-5 a unit) it is what a correct kernel needs: at
-    // B=1 H=2 Nq=100 Nkv=150 d=64 with inputs in [-30, 30], stage 10's dV is off by 4.6e-4
+    // logits are large. Unless the backward pass recomputes S bit for bit as the forward
+    // pass that made lse computed it (stage 10 after stage 05 does), S is rounded twice, in
+    // two ways, each with errors of a few units of u·|lse| (u = 2^-24) that do not cancel,
+    // and an error e in an exponent is a relative error e in P, so in every term. The fp32
+    // baseline computes S once, and its rounding cancels between S and its own lse. As for
+    // the baseline's error, 8 times that unit is allowed. At ordinary logits (|lse| near
+    // log Nkv) this adds almost nothing; at logits in the thousands (|lse| ~ 1000, so 6e-5 a
+    // unit) it is what a correct kernel needs: at B=1 H=2 Nq=100 Nkv=150 d=64 with inputs in
+    // [-30, 30], stage 10 recomputing S in another order than stage 05 had dV off by 4.6e-4
     // to 7.0e-4 over eleven seeds on the CPU backend, where the fp32 tolerance alone allows
-    // about 2.3e-4.
+    // about 2.3e-4 (stages/10_backward/README.md, large logits).
     Comparison compare() const {
       const auto n = static_cast<int64_t>(got.size());
       Tolerance tol = cancelling_tolerance(dtype, want.data(), base.data(), n, terms_max);

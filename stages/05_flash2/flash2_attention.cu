@@ -210,8 +210,9 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
     const float inv = l_run[ii] > 0.0f ? 1.0f / l_run[ii] : 0.0f;
     float* o_row = Oh + (i0 + r) * D;
     for (int cc = 0; cc < D / TX; ++cc) o_row[tx + TX * cc] = o_acc[ii][cc] * inv;
-    // Back to natural units: ln(l·2^m) = (m + log2 l)·ln 2.
-    if (lse && tx == 0) lse[bh * seq_q + i0 + r] = (m_run[ii] + log2f(l_run[ii])) * 0.6931471805599453f;
+    // Back to natural units: ln(l·2^m) = m·ln 2 + ln l, one fused multiply-add, rounded once
+    // (stage 10 rebuilds P from it: its README's section on large logits).
+    if (lse && tx == 0) lse[bh * seq_q + i0 + r] = fmaf(m_run[ii], 0.6931471805599453f, logf(l_run[ii]));
   }
   // end exercise 05-normalise
   FA_TRACE(store(lse ? "O, lse" : "O", i0, q_valid));

@@ -14,7 +14,7 @@
  *     load K_j, V_j; dK_j = 0, dV_j = 0        (registers, for the whole loop)
  *     for each Q tile i that sees a key of tile j:
  *         load Q_i, dO_i, lse_i, D_i
- *         S     = scale·Q_i·K_jᵀ                  (Br×Bc, on chip)
+ *         S     = scale·Q_i·K_jᵀ                  (Br×Bc, on chip; stage 05's S, bit for bit)
  *         P     = exp(S − lse_i)                  the forward's probabilities
  *         dP    = dO_i·V_jᵀ
  *         dS    = P ∘ (dP − D_i)
@@ -149,6 +149,16 @@ __device__ void load_tile(float* tile, int stride, const float* src, int rows, i
   }
 }
 
+/// Multiplies, in place, the elements of a tile that this thread copied with load_tile (so
+/// after its own cp_async_wait, before the barrier that shows the tile to the block).
+template <int D>
+__device__ void scale_own_copies(float* tile, int stride, int rows, float mul) {
+  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += THREADS) {
+    float* x = tile + (idx / (D / 4)) * stride + 4 * (idx % (D / 4));
+    x[0] *= mul, x[1] *= mul, x[2] *= mul, x[3] *= mul;
+  }
+}
+
 /// This thread's 8×4 block of A·Bᵀ (S = Q·Kᵀ or dP = dO·Vᵀ), for tiles whose rows hold D
 /// values: rows gy + 8·ii of A against rows tx + 16·jj of B, read 4 values of d at a time.
 template <int D>
@@ -215,11 +225,11 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   extern __shared__ __align__(16) float smem[];
   float* Ks = smem;                 // [Bc][DS]  the K tile, for the whole loop
   float* Vs = Ks + Bc * L::DS;      // [Bc][DS]  the V tile, for the whole loop
-  float* Qs = Vs + Bc * L::DS;      // [Br][DS]  the current Q tile
+  float* Qs = Vs + Bc * L::DS;      // [Br][DS]  the current Q tile, times q_scale
   float* dOs = Qs + Br * L::DS;     // [Br][DS]  the current dO tile
   float* Ps = dOs + Br * L::DS;     // [Br][PS]  P, written by group 0
   float* dSs = Ps + Br * L::PS;     // [Br][PS]  dS, written by group 1
-  float* lse_s = dSs + Br * L::PS;  // [Br]      the Q tile's lse, in base-2 units
+  float* lse_s = dSs + Br * L::PS;  // [Br]      the Q tile's lse
   float* D_s = lse_s + Br;          // [Br]      the Q tile's D
 
   const int group = threadIdx.x / GROUP;  // 0: S, P and dV; 1: dP, dS and dK
@@ -234,6 +244,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   float* dQh = dQ + bh * seq_q * D;
 
   const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
+  const float q_scale = scale * LOG2E;  // as stage 05 computes it: S in base-2 units
   load_tile<D, S>(Ks, L::DS, K + (bh * seq_kv + j0) * D, Bc, kv_valid);
   load_tile<D, S>(Vs, L::DS, V + (bh * seq_kv + j0) * D, Bc, kv_valid);
   pipe::cp_async_commit();
@@ -256,7 +267,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     load_tile<D, S>(dOs, L::DS, dOh + i0 * D, Br, q_valid);
     pipe::cp_async_commit();
     for (int r = threadIdx.x; r < Br; r += THREADS) {
-      lse_s[r] = r < q_valid ? lse_h[i0 + r] * LOG2E : 0.0f;
+      lse_s[r] = r < q_valid ? lse_h[i0 + r] : 0.0f;
       D_s[r] = r < q_valid ? D_h[i0 + r] : 0.0f;
     }
   };
@@ -268,9 +279,14 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   for (int64_t i0 = i_start; i0 < seq_q; i0 += Br) {  // ---- the only loop: Q tiles ----
     const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
     pipe::cp_async_wait<0>();  // this thread's copies of Q_i and dO_i (and K_j and V_j) have landed
+    // Q_i times scale·log2(e), the float stage 05 multiplies its Q tile by: with the sum in
+    // stage 05's order (k = 0, 1, ..., D − 1), S comes out as the forward pass's S, bit for
+    // bit, and S − lse leaves only lse's own rounding (the README: large logits).
+    scale_own_copies<D>(Qs, L::DS, Br, q_scale);
     __syncthreads();           // everyone's: Q_i, dO_i, lse_i, D_i, K_j, V_j are in shared memory
 
-    // Group 0: S = Q_i·K_jᵀ, then P = exp(S − lse) = 2^(scale·log2(e)·S − lse·log2(e)).
+    // Group 0: S = Q'_i·K_jᵀ in base-2 units, then P = exp(S − lse) = 2^(S − lse·log2(e)),
+    // the exponent one fused multiply-add: S and lse·log2(e) cancel before it rounds.
     // Group 1: dP = dO_i·V_jᵀ, kept in registers until P is there. Masked entries (past Nq
     // or Nkv, or above the causal diagonal) get P = 0, and so dS = 0.
     float s[S_ROWS][S_COLS] = {};
@@ -288,7 +304,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         const float lse_r = lse_s[r];
         for (int jj = 0; jj < S_COLS; ++jj) {
           const int c = tx + TX * jj;
-          Ps[r * L::PS + c] = c <= last ? dev::fast_exp2<S::fast_exp>(s[ii][jj] * (scale * LOG2E) - lse_r) : 0.0f;
+          Ps[r * L::PS + c] = c <= last ? dev::fast_exp2<S::fast_exp>(fmaf(-lse_r, LOG2E, s[ii][jj])) : 0.0f;
         }
       }
     }
@@ -308,7 +324,8 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     // end exercise 10-ds
     __syncthreads();  // dS is in shared memory
 
-    // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q_i (group 1, times scale once, at the end).
+    // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q'_i (group 1, times scale / q_scale once,
+    // at the end).
     cols_times_cols<D>(grad, x_tile, y_tile, gy, tx);
     __syncthreads();  // Q_i, dO_i, lse_i and D_i are read for the last time: the next tile may load
 
@@ -345,7 +362,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
 
   // The only writes of dV_j (group 0) and dK_j (group 1): rows past Nkv are not written.
   float* out = group == 0 ? dV : dK;
-  const float factor = group == 0 ? 1.0f : scale;
+  const float factor = group == 0 ? 1.0f : scale / q_scale;
   for (int kk = 0; kk < KEYS; ++kk) {
     const int c = L::key(gy, kk);
     if (c >= kv_valid) continue;
