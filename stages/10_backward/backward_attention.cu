@@ -9,17 +9,17 @@
  * pass recomputes S and P where it needs them instead of reading them from HBM. With
  * D_i = rowsum(dO_i ∘ O_i) (the README derives why this is the only row statistic needed):
  *
- *     kernel 1, one warp per query row:   D_i = Σ_c dO_ic·O_ic;  dQ_i = 0
+ *     kernel 1, one warp per query row:   D_i = Σ_c dO_ic·O_ic;  dQ_i = 0;  Q'_i = scale·log2(e)·Q_i
  *     kernel 2, one block per K/V tile j:
  *     load K_j, V_j; dK_j = 0, dV_j = 0        (registers, for the whole loop)
  *     for each Q tile i that sees a key of tile j:
- *         load Q_i, dO_i, lse_i, D_i
- *         S     = scale·Q_i·K_jᵀ                  (Br×Bc, on chip; stage 05's S, bit for bit)
+ *         load Q'_i, dO_i, lse_i, D_i
+ *         S     = scale·Q_i·K_jᵀ                  (Br×Bc, on chip; from Q', stage 05's S bit for bit)
  *         P     = exp(S − lse_i)                  the forward's probabilities
  *         dP    = dO_i·V_jᵀ
  *         dS    = P ∘ (dP − D_i)
  *         dV_j += Pᵀ·dO_i
- *         dK_j += dSᵀ·Q_i                         (times scale once, at the end)
+ *         dK_j += dSᵀ·Q'_i                        (times scale / (scale·log2 e) once, at the end)
  *         dQ_i += scale·dS·K_j                    atomically: every K/V tile adds to it
  *     write dK_j, dV_j
  *
@@ -29,7 +29,7 @@
  * FlashAttention-2 does). The scores are recomputed, never stored: five matrix products a
  * tile pair, against two in the forward pass. Inside a block, two warp groups split each
  * tile pair's work between them (below).
- * Cost: D, one float per query row. HBM traffic: K, V read and dK, dV written once; Q, dO,
+ * Cost: D, one float per query row, and Q'. HBM traffic: K, V read and dK, dV written once; Q, dO,
  * lse and D read, and dQ added to, once per K/V tile.
  * Parallelism: B·H·⌈Nkv/Bc⌉ blocks.
  * The main kernel is a template on its configuration (tuning.h): `Tuned` is the finished
@@ -149,16 +149,6 @@ __device__ void load_tile(float* tile, int stride, const float* src, int rows, i
   }
 }
 
-/// Multiplies, in place, the elements of a tile that this thread copied with load_tile (so
-/// after its own cp_async_wait, before the barrier that shows the tile to the block).
-template <int D>
-__device__ void scale_own_copies(float* tile, int stride, int rows, float mul) {
-  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += THREADS) {
-    float* x = tile + (idx / (D / 4)) * stride + 4 * (idx % (D / 4));
-    x[0] *= mul, x[1] *= mul, x[2] *= mul, x[3] *= mul;
-  }
-}
-
 /// This thread's 8×4 block of A·Bᵀ (S = Q·Kᵀ or dP = dO·Vᵀ), for tiles whose rows hold D
 /// values: rows gy + 8·ii of A against rows tx + 16·jj of B, read 4 values of d at a time.
 template <int D>
@@ -195,10 +185,11 @@ __device__ void cols_times_cols(float (&acc)[KEYS][Layout<D>::DCOLS], const floa
   }
 }
 
-/// Kernel 1: D_i = Σ_c dO_ic·O_ic for every query row, one warp a row; and dQ_i = 0, the
-/// starting point of kernel 2's atomic sums.
+/// Kernel 1: D_i = Σ_c dO_ic·O_ic for every query row, one warp a row; dQ_i = 0, the
+/// starting point of kernel 2's atomic sums; and Q'_i = Q_i·q_scale, the Q kernel 2 reads.
 template <int D>
-__global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, const float* dO, float* Dvec, float* dQ,
+__global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, const float* dO, const float* Q,
+                                                            float* Dvec, float* dQ, float* Qp, float q_scale,
                                                             int64_t rows) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
@@ -212,6 +203,11 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) Dvec[row] = sum;
   // end exercise 10-row-d
+  // Q' = Q times scale·log2(e), the float stage 05 multiplies its Q tile by, rounded as it
+  // rounds it: with the sum in stage 05's order (k = 0, 1, ..., D − 1) kernel 2's S comes out
+  // as the forward pass's S, bit for bit, and S − lse leaves only lse's own rounding (the
+  // README's section on large logits).
+  for (int c = lane; c < D; c += 32) Qp[row * D + c] = Q[row * D + c] * q_scale;
 }
 
 /// Kernel 2: one block per (K/V tile, batch·head), flattened into blockIdx.x; Q tiles inner.
@@ -219,13 +215,14 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
 template <int D, class S>
 __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     dkdv_kernel(const float* Q, const float* K, const float* V, const float* dO, const float* lse, const float* Dvec,
-                float* dQ, float* dK, float* dV, int64_t seq_q, int64_t seq_kv, float scale, bool causal) {
+                float* dQ, float* dK, float* dV, int64_t seq_q, int64_t seq_kv, float scale, float q_scale,
+                bool causal) {
   using L = Layout<D>;
   constexpr int DCOLS = L::DCOLS;
   extern __shared__ __align__(16) float smem[];
   float* Ks = smem;                 // [Bc][DS]  the K tile, for the whole loop
   float* Vs = Ks + Bc * L::DS;      // [Bc][DS]  the V tile, for the whole loop
-  float* Qs = Vs + Bc * L::DS;      // [Br][DS]  the current Q tile, times q_scale
+  float* Qs = Vs + Bc * L::DS;      // [Br][DS]  the current Q' tile (Q·q_scale, from kernel 1)
   float* dOs = Qs + Br * L::DS;     // [Br][DS]  the current dO tile
   float* Ps = dOs + Br * L::DS;     // [Br][PS]  P, written by group 0
   float* dSs = Ps + Br * L::PS;     // [Br][PS]  dS, written by group 1
@@ -244,7 +241,6 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   float* dQh = dQ + bh * seq_q * D;
 
   const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
-  const float q_scale = scale * LOG2E;  // as stage 05 computes it: S in base-2 units
   load_tile<D, S>(Ks, L::DS, K + (bh * seq_kv + j0) * D, Bc, kv_valid);
   load_tile<D, S>(Vs, L::DS, V + (bh * seq_kv + j0) * D, Bc, kv_valid);
   pipe::cp_async_commit();
@@ -279,10 +275,6 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   for (int64_t i0 = i_start; i0 < seq_q; i0 += Br) {  // ---- the only loop: Q tiles ----
     const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
     pipe::cp_async_wait<0>();  // this thread's copies of Q_i and dO_i (and K_j and V_j) have landed
-    // Q_i times scale·log2(e), the float stage 05 multiplies its Q tile by: with the sum in
-    // stage 05's order (k = 0, 1, ..., D − 1), S comes out as the forward pass's S, bit for
-    // bit, and S − lse leaves only lse's own rounding (the README: large logits).
-    scale_own_copies<D>(Qs, L::DS, Br, q_scale);
     __syncthreads();           // everyone's: Q_i, dO_i, lse_i, D_i, K_j, V_j are in shared memory
 
     // Group 0: S = Q'_i·K_jᵀ in base-2 units, then P = exp(S − lse) = 2^(S − lse·log2(e)),
@@ -325,7 +317,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     __syncthreads();  // dS is in shared memory
 
     // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q'_i (group 1, times scale / q_scale once,
-    // at the end).
+    // at the end, since Q' = q_scale·Q).
     cols_times_cols<D>(grad, x_tile, y_tile, gy, tx);
     __syncthreads();  // Q_i, dO_i, lse_i and D_i are read for the last time: the next tile may load
 
@@ -373,8 +365,19 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
 
 namespace {
 
+/// Where each piece of the workspace starts: D, then Q' (16-byte aligned).
+struct Workspace {
+  float* Dvec;  ///< [B·H·Nq]
+  float* Qp;    ///< [B·H·Nq][d]  Q·scale·log2(e)
+};
+
+/// Floats of D in the workspace: B·H·Nq, rounded up to whole 16 bytes.
+int64_t d_floats(const AttentionProblem& p) { return (p.rows() + 3) / 4 * 4; }
+
 template <int D, class S>
-void launch(const AttentionProblem& p, const Tensors& t, float* Dvec) {
+void launch(const AttentionProblem& p, const Tensors& t, void* workspace) {
+  const Workspace ws{static_cast<float*>(workspace), static_cast<float*>(workspace) + d_floats(p)};
+  const float q_scale = p.scale * LOG2E;  // as stage 05 computes it: S in base-2 units
   const int64_t rows = p.rows();
   const int64_t warps_per_block = THREADS / 32;
   const int64_t d_blocks = (rows + warps_per_block - 1) / warps_per_block;
@@ -382,7 +385,8 @@ void launch(const AttentionProblem& p, const Tensors& t, float* Dvec) {
   if (d_blocks > 0x7fffffff || kv_blocks > 0x7fffffff) {
     throw InputError("stage 10: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
   }
-  compute_D_kernel<D><<<static_cast<unsigned>(d_blocks), THREADS>>>(t.o, t.d_o, Dvec, t.dq, rows);
+  compute_D_kernel<D><<<static_cast<unsigned>(d_blocks), THREADS>>>(t.o, t.d_o, t.q, ws.Dvec, t.dq, ws.Qp, q_scale,
+                                                                    rows);
   FA_CHECK_LAUNCH("compute_D_kernel");
 
   const std::size_t smem = shared_bytes(D);
@@ -390,7 +394,7 @@ void launch(const AttentionProblem& p, const Tensors& t, float* Dvec) {
   FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   dkdv_kernel<D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
-      t.q, t.k, t.v, t.d_o, t.lse, Dvec, t.dq, t.dk, t.dv, p.seq_q, p.seq_kv, p.scale, p.causal);
+      ws.Qp, t.k, t.v, t.d_o, t.lse, ws.Dvec, t.dq, t.dk, t.dv, p.seq_q, p.seq_kv, p.scale, q_scale, p.causal);
   FA_CHECK_LAUNCH("dkdv_kernel");
 }
 
@@ -408,7 +412,7 @@ void run_variant(const AttentionProblem& p, const Tensors& t, void* workspace) {
   if (p.dim != 64 && p.dim != 128) {
     throw InputError(std::string("stage 10's variant ") + S::name + " runs d = 64 and 128 only");
   }
-  (p.dim == 64 ? launch<64, S> : launch<128, S>)(p, t, static_cast<float*>(workspace));
+  (p.dim == 64 ? launch<64, S> : launch<128, S>)(p, t, workspace);
 }
 
 }  // namespace
@@ -417,15 +421,17 @@ std::size_t shared_bytes(int64_t d) {
   return with_head_dim(d, [](auto D) { return Layout<decltype(D)::value>::floats * sizeof(float); });
 }
 
-std::size_t workspace_bytes(const AttentionProblem& p) { return static_cast<std::size_t>(p.rows()) * sizeof(float); }
+std::size_t workspace_bytes(const AttentionProblem& p) {
+  return static_cast<std::size_t>(d_floats(p) + p.q_elems()) * sizeof(float);
+}
 
 double hbm_bytes_model(const AttentionProblem& p) {
   const double q = static_cast<double>(p.q_elems()), kv = static_cast<double>(p.kv_elems());
   const double rows = static_cast<double>(p.rows());
   const double kv_tiles = static_cast<double>((p.seq_kv + Bc - 1) / Bc);
-  const double kernel1 = 2 * q + rows + q;                 // read O, dO; write D; zero dQ
+  const double kernel1 = 2 * q + rows + q + 2 * q;         // read O, dO; write D; zero dQ; Q in, Q' out
   const double once = 2 * kv + 2 * kv;                     // read K, V; write dK, dV
-  const double per_kv_tile = 2 * q + 2 * rows + 2 * q;     // read Q, dO, lse, D; read and write dQ
+  const double per_kv_tile = 2 * q + 2 * rows + 2 * q;     // read Q', dO, lse, D; read and write dQ
   return 4.0 * (kernel1 + once + kv_tiles * per_kv_tile);  // fp32 throughout
 }
 
@@ -433,7 +439,7 @@ double flops(const AttentionProblem& p) { return 2.5 * p.flops(); }
 
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace) {
   require_fp32(p);
-  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value, Tuned>(p, t, static_cast<float*>(workspace)); });
+  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value, Tuned>(p, t, workspace); });
 }
 
 // The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage10.sh (a

@@ -18,7 +18,8 @@ constexpr int Bc = 64;  ///< key/value rows per tile (one block each)
 /// Shared memory one block of the main kernel uses for head dimension d: K, V, Q, dO, P, dS.
 std::size_t shared_bytes(int64_t d);
 
-/// Device bytes the backward pass needs beyond its inputs and gradients: D, one float per query row.
+/// Device bytes the backward pass needs beyond its inputs and gradients: D, one float per
+/// query row, and Q' = scale·log2(e)·Q, the Q the main kernel reads.
 std::size_t workspace_bytes(const AttentionProblem& p);
 
 /// Device pointers of one backward pass (all fp32, contiguous, row-major, 16-byte aligned
@@ -37,12 +38,13 @@ struct Tensors {
 
 /**
  * The gradients of attention, FlashAttention-2 style: D = rowsum(dO ∘ O) in one kernel
- * (which also zeroes dQ), then one block per (K/V tile, batch·head) that loops over the Q
+ * (which also zeroes dQ and writes Q' = scale·log2(e)·Q, so that S is stage 05's S bit for
+ * bit), then one block per (K/V tile, batch·head) that loops over the Q
  * tiles, recomputes P = exp(scale·Q·Kᵀ − lse) tile by tile, keeps dK and dV of its tile in
  * registers, and adds its share of dQ into HBM with atomics. Causal is top-left, as in the
  * forward stages; tiles above the diagonal are skipped.
  * \param p the problem (fp32); \param t the tensors;
- * \param workspace workspace_bytes(p) bytes of device memory (receives D).
+ * \param workspace workspace_bytes(p) bytes of device memory (receives D and Q').
  * \throws InputError for a dtype other than fp32.
  */
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);

@@ -79,10 +79,19 @@ constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(
 template <int HD, class S>
 struct Config {
   static constexpr int D = HD;  ///< head dimension
-  /// Keys a block owns, 16 a warp, chosen by measurement (LOG.md): 64 (4 warps) up to
-  /// d = 64, 128 (8 warps, which share each Q tile's copies and ldmatrix reads) at d = 128.
-  static constexpr int Bc = S::bc > 0 ? S::bc : (D >= 128 ? 128 : 64);
-  static constexpr int WARPS = Bc / 16;       ///< warps a block
+  /// 16-key m-tiles a warp owns: two up to d = 64, so that every Q and dO fragment a warp
+  /// reads feeds twice the products; one at d = 128, where two would need 256 registers
+  /// a thread for dK and dV alone (LOG.md).
+  static constexpr int MT = S::key_mtiles > 0 ? S::key_mtiles : (D >= 128 ? 1 : 2);
+  /// Queries a pass of the tile's elementwise work: Sᵀ and dPᵀ are computed, turned into Pᵀ
+  /// and dSᵀ and used for QW queries at a time, so that MT·QW = 64 keeps them at 32
+  /// registers each.
+  static constexpr int QW = Br / MT;
+  /// Keys a block owns, chosen by measurement (LOG.md): 128, that is 4 warps of 32 keys up to
+  /// d = 64 and 8 warps of 16 keys at d = 128 (which share each Q tile's copies).
+  static constexpr int Bc = S::bc > 0 ? S::bc : 128;
+  static constexpr int WARPS = Bc / (16 * MT);  ///< warps a block
+  static_assert(WARPS >= 1 && Bc % (16 * MT) == 0 && Br % (16 * MT) == 0, "whole m-tiles of keys and queries");
   static constexpr int THREADS = 32 * WARPS;  ///< threads a block
   /// dQ_i (Br × D) split among the warps: each owns a 16-row m-tile of queries and a range of
   /// DQ_COLS columns, computed DQ_CHUNK columns at a time so that its accumulators stay small
@@ -92,7 +101,7 @@ struct Config {
   static constexpr int DQ_CHUNK = DQ_COLS < 64 ? DQ_COLS : 64;  ///< columns of dQ a warp computes at once
   static_assert(WARPS % (Br / 16) == 0 && DQ_COLS % 16 == 0, "the warps split dQ into whole fragments");
   /// Blocks a multiprocessor should hold (__launch_bounds__): dK and dV's accumulators take
-  /// D registers a thread, Sᵀ and dPᵀ Br/2 more.
+  /// MT·D registers a thread, Sᵀ and dPᵀ 64 more.
   static constexpr int MIN_BLOCKS = S::min_blocks > 0 ? S::min_blocks : (D <= 64 ? 2 : 1);
   /// Shared memory: K, V, two buffers of Q and dO, dSᵀ (16-bit elements), two buffers of lse and D.
   static constexpr std::size_t SMEM_BYTES = static_cast<std::size_t>((2 * Bc + 4 * Br) * D + Bc * Br) * 2 +
@@ -194,9 +203,10 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   // Each is swizzled once, here, for the lane's first row and chunk; the identities of
   // cp_async.cuh give the rest: chunk c ^ δ is an XOR of the offset with 8·δ, and 8·m rows
   // further on an addition of 8·m row lengths, which ldmatrix takes as a constant.
-  //   A of K or V (rows: the warp's 16 keys), k-step kk of d:
-  const int a_lane = swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), lane / 16);
-  const auto a_at = [&](int kk) { return a_lane ^ (16 * kk); };
+  //   A of K or V (rows: the warp's m-tile m of 16 keys), k-step kk of d:
+  const int key0 = 16 * C::MT * warp;  // the warp's first key in the tile
+  const int a_lane = swizzle<D>(key0 + lane % 8 + 8 * (lane / 8 % 2), lane / 16);
+  const auto a_at = [&](int m, int kk) { return (a_lane ^ (16 * kk)) + 16 * m * D; };
   //   B of Q or dO for Sᵀ, dPᵀ (n even: queries 8n .. 8n + 15), k-step kk of d:
   const int b_lane = swizzle<D>(lane % 8 + 8 * (lane / 16), lane / 8 % 2);
   const auto b_at = [&](int n, int kk) { return (b_lane ^ (16 * kk)) + 8 * n * D; };
@@ -207,11 +217,12 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   const int mq = warp % (Br / 16);
   const int ds_lane = swizzle<Br>(lane % 8 + 8 * (lane / 16), 2 * mq + lane / 8 % 2);
   const auto ds_at = [&](int kk) { return ds_lane + 16 * kk * Br; };
-  //   where this lane writes dSᵀ: keys 16·warp + g (+8), queries 16kk + 2t (+8)
-  const int ds_write = swizzle<Br>(16 * warp + g, 0) + 2 * t;
+  //   where this lane writes dSᵀ: keys key0 + 16m + g (+8), queries 16kk + 2t (+8)
+  const int ds_write = swizzle<Br>(key0 + g, 0) + 2 * t;
 
-  // This warp's rows of dV_j and dK_j: keys 16·warp + g (+8), all D columns, fp32.
-  float dv_acc[D / 8][4] = {}, dk_acc[D / 8][4] = {};
+  // This warp's rows of dV_j and dK_j: keys key0 + 16m + g (+8), all D columns, fp32.
+  constexpr int MT = C::MT, QW = C::QW;
+  float dv_acc[MT][D / 8][4] = {}, dk_acc[MT][D / 8][4] = {};
 
   int b = 0;  // the buffer of the current Q tile
   for (int64_t i0 = i_start; i0 < seq_q; i0 += Br, b ^= 1) {  // ---- the only loop: Q tiles ----
@@ -226,69 +237,100 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     const float* lse_s = lse_buf + b * Br;
     const float* D_s = D_buf + b * Br;
 
-    // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for the warp's 16 keys: Br/8 C fragments each.
-    float s[Br / 8][4] = {}, dp[Br / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      ldmatrix_x4(ak, Ks + a_at(kk));
-      ldmatrix_x4(av, Vs + a_at(kk));
-#pragma unroll
-      for (int n = 0; n < Br / 8; n += 2) {
-        uint32_t bq[4], bo[4];
-        ldmatrix_x4(bq, Qs + b_at(n, kk));
-        ldmatrix_x4(bo, dOs + b_at(n, kk));
-        mma_m16n8k16<T>(s[n], ak, bq[0], bq[1]);
-        mma_m16n8k16<T>(s[n + 1], ak, bq[2], bq[3]);
-        mma_m16n8k16<T>(dp[n], av, bo[0], bo[1]);
-        mma_m16n8k16<T>(dp[n + 1], av, bo[2], bo[3]);
-      }
-    }
-
-    // Pᵀ and dSᵀ, elementwise. This lane holds keys g and g + 8 of the warp (h = 0, 1) and
-    // queries 8n + 2t, 8n + 2t + 1. Only a tile that crosses the diagonal or the end of the
-    // keys is masked; queries past Nq need no mask, their lse is +inf.
+    // Only a tile that crosses the diagonal or the end of the keys is masked; queries past
+    // Nq need no mask, their lse is +inf.
     const bool needs_mask = j0 + Bc > seq_kv || (causal && j0 + Bc - 1 > i0);
+    // The tile's queries in Br / QW passes of QW: each pass computes its part of Sᵀ and dPᵀ,
+    // turns it into Pᵀ and dSᵀ, and adds its terms to dV_j and dK_j.
+#pragma unroll 1
+    for (int pass = 0; pass < Br / QW; ++pass) {
+      const int nq0 = pass * (QW / 8);  // the pass's first n-tile of 8 queries
+      // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for the warp's MT·16 keys and the pass's QW
+      // queries: QW/8 C fragments each, per m-tile. Each B fragment of Q or dO feeds MT mma.
+      float s[MT][QW / 8][4] = {}, dp[MT][QW / 8][4] = {};
 #pragma unroll
-    for (int n = 0; n < Br / 8; ++n) {
-      const float2 lse_q = *reinterpret_cast<const float2*>(lse_s + 8 * n + 2 * t);  // queries 8n + 2t, + 1
-      const float2 D_q = *reinterpret_cast<const float2*>(D_s + 8 * n + 2 * t);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ak[MT][4], av[MT][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = 16 * warp + g + 8 * (e / 2), q = 8 * n + 2 * t + e % 2;
-        float x = s[n][e];
-        if (needs_mask && (key >= kv_valid || (causal && j0 + key > i0 + q))) x = -INFINITY;
-        const float p = fast_exp2<true>(fmaf(x, scale_log2, -(e % 2 ? lse_q.y : lse_q.x)));
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - (e % 2 ? D_q.y : D_q.x));
+        for (int m = 0; m < MT; ++m) {
+          ldmatrix_x4(ak[m], Ks + a_at(m, kk));
+          ldmatrix_x4(av[m], Vs + a_at(m, kk));
+        }
+#pragma unroll
+        for (int n = 0; n < QW / 8; n += 2) {
+          uint32_t bq[4], bo[4];
+          ldmatrix_x4(bq, Qs + b_at(nq0 + n, kk));
+          ldmatrix_x4(bo, dOs + b_at(nq0 + n, kk));
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma_m16n8k16<T>(s[m][n], ak[m], bq[0], bq[1]);
+            mma_m16n8k16<T>(s[m][n + 1], ak[m], bq[2], bq[3]);
+            mma_m16n8k16<T>(dp[m][n], av[m], bo[0], bo[1]);
+            mma_m16n8k16<T>(dp[m][n + 1], av[m], bo[2], bo[3]);
+          }
+        }
       }
-    }
 
-    // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i: the C fragments of Pᵀ and dSᵀ, rounded to T, are
-    // the A fragments (k = queries), as P was in stage 06's P·V.
+      // Pᵀ and dSᵀ, elementwise. This lane holds keys key0 + 16m + g and + 8 (e / 2 = 0, 1)
+      // and queries 8(nq0 + n) + 2t and + 1 (e % 2).
 #pragma unroll
-    for (int kk = 0; kk < Br / 16; ++kk) {
-      const uint32_t ap[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const uint32_t ads[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]), pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
-                               pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                               pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      for (int n = 0; n < QW / 8; ++n) {
+        const int q0 = 8 * (nq0 + n) + 2 * t;  // this lane's first query of the n-tile
+        const float2 lse_q = *reinterpret_cast<const float2*>(lse_s + q0);
+        const float2 D_q = *reinterpret_cast<const float2*>(D_s + q0);
 #pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t bo[4], bq[4];
-        ldmatrix_x4_trans(bo, dOs + t_at(kk, n));
-        ldmatrix_x4_trans(bq, Qs + t_at(kk, n));
-        mma_m16n8k16<T>(dv_acc[n], ap, bo[0], bo[1]);
-        mma_m16n8k16<T>(dv_acc[n + 1], ap, bo[2], bo[3]);
-        mma_m16n8k16<T>(dk_acc[n], ads, bq[0], bq[1]);
-        mma_m16n8k16<T>(dk_acc[n + 1], ads, bq[2], bq[3]);
+        for (int m = 0; m < MT; ++m) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 16 * m + g + 8 * (e / 2), q = q0 + e % 2;
+            float x = s[m][n][e];
+            if (needs_mask && (key >= kv_valid || (causal && j0 + key > i0 + q))) x = -INFINITY;
+            const float p = fast_exp2<true>(fmaf(x, scale_log2, -(e % 2 ? lse_q.y : lse_q.x)));
+            s[m][n][e] = p;
+            dp[m][n][e] = p * (dp[m][n][e] - (e % 2 ? D_q.y : D_q.x));
+          }
+        }
       }
-      // dSᵀ into shared memory for dQ: keys g, g + 8 of the warp, queries 16kk + 2t (+1), +8.
-      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk))) = ads[0];
-      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk)) + 8 * Br) = ads[1];
-      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk + 8))) = ads[2];
-      *reinterpret_cast<uint32_t*>(dSs + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ads[3];
+
+      // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i: the C fragments of Pᵀ and dSᵀ, rounded to T, are
+      // the A fragments (k = queries), as P was in stage 06's P·V. Each B fragment of dO or
+      // Q feeds MT mma.
+#pragma unroll
+      for (int kq = 0; kq < QW / 16; ++kq) {
+        const int kk = pass * (QW / 16) + kq;  // the k-step's 16 queries in the tile
+        uint32_t ap[MT][4], ads[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const float(&p0)[4] = s[m][2 * kq], (&p1)[4] = s[m][2 * kq + 1];
+          const float(&d0)[4] = dp[m][2 * kq], (&d1)[4] = dp[m][2 * kq + 1];
+          ap[m][0] = pack2<T>(p0[0], p0[1]), ap[m][1] = pack2<T>(p0[2], p0[3]);
+          ap[m][2] = pack2<T>(p1[0], p1[1]), ap[m][3] = pack2<T>(p1[2], p1[3]);
+          ads[m][0] = pack2<T>(d0[0], d0[1]), ads[m][1] = pack2<T>(d0[2], d0[3]);
+          ads[m][2] = pack2<T>(d1[0], d1[1]), ads[m][3] = pack2<T>(d1[2], d1[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t bo[4], bq[4];
+          ldmatrix_x4_trans(bo, dOs + t_at(kk, n));
+          ldmatrix_x4_trans(bq, Qs + t_at(kk, n));
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma_m16n8k16<T>(dv_acc[m][n], ap[m], bo[0], bo[1]);
+            mma_m16n8k16<T>(dv_acc[m][n + 1], ap[m], bo[2], bo[3]);
+            mma_m16n8k16<T>(dk_acc[m][n], ads[m], bq[0], bq[1]);
+            mma_m16n8k16<T>(dk_acc[m][n + 1], ads[m], bq[2], bq[3]);
+          }
+        }
+        // dSᵀ into shared memory for dQ: keys key0 + 16m + g (+8), queries 16kk + 2t (+1), +8.
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          T* row = dSs + 16 * m * Br;
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk))) = ads[m][0];
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk)) + 8 * Br) = ads[m][1];
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8))) = ads[m][2];
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ads[m][3];
+        }
+      }
     }
     __syncthreads();  // dSᵀ is in shared memory
 
@@ -327,15 +369,18 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
 
   // The only writes of dV_j and dK_j, rounded to T: rows past Nkv are not written.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = 16 * warp + g + 8 * h;
-    if (key >= kv_valid) continue;
-    const int64_t at = (bh * seq_kv + j0 + key) * D + 2 * t;
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dV + at + 8 * n) = pack2<T>(dv_acc[n][2 * h], dv_acc[n][2 * h + 1]);
-      *reinterpret_cast<uint32_t*>(dK + at + 8 * n) =
-          pack2<T>(scale * dk_acc[n][2 * h], scale * dk_acc[n][2 * h + 1]);
+    for (int h = 0; h < 2; ++h) {
+      const int key = key0 + 16 * m + g + 8 * h;
+      if (key >= kv_valid) continue;
+      const int64_t at = (bh * seq_kv + j0 + key) * D + 2 * t;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dV + at + 8 * n) = pack2<T>(dv_acc[m][n][2 * h], dv_acc[m][n][2 * h + 1]);
+        *reinterpret_cast<uint32_t*>(dK + at + 8 * n) =
+            pack2<T>(scale * dk_acc[m][n][2 * h], scale * dk_acc[m][n][2 * h + 1]);
+      }
     }
   }
 }

@@ -8,7 +8,7 @@
  * (which run every variant on the CPU backend) and `--variant`, with which the demo runs
  * any variant and benchmarks/tune_stage11.sh times them all from one build:
  *
- *     stage11_backward_tensor_cores --variant bc64      # 64 keys a block at every head dim
+ *     stage11_backward_tensor_cores --variant warp16    # 16 keys a warp, 64 a block
  */
 #pragma once
 
@@ -26,23 +26,20 @@ struct Tuned {
   static constexpr const char* name = "tuned";  ///< what --variant takes
   /// How the variant differs from the finished kernel, for --help.
   static constexpr const char* summary = "the finished kernel, as the demo runs it without --variant";
-  static constexpr int bc = 0;          ///< keys a block (16 a warp); 0: the kernel's choice per head dim
+  static constexpr int bc = 0;          ///< keys a block; 0: the kernel's choice (128)
+  static constexpr int key_mtiles = 0;  ///< 16-key m-tiles a warp; 0: the kernel's choice per head dim
   static constexpr int min_blocks = 0;  ///< __launch_bounds__' blocks per SM; 0: the kernel's choice
 };
 
 // The variants LOG.md measures, each the finished kernel with one change.
 
-/// The variant `Bc64` (see its summary).
-struct Bc64 : Tuned {
-  static constexpr const char* name = "bc64";  ///< --variant bc64
-  static constexpr const char* summary = "64 keys a block (4 warps) at every head dim";  ///< for --help
-  static constexpr int bc = 64;  ///< the change
-};
-/// The variant `Bc128` (see its summary).
-struct Bc128 : Tuned {
-  static constexpr const char* name = "bc128";  ///< --variant bc128
-  static constexpr const char* summary = "128 keys a block (8 warps) at every head dim";  ///< for --help
-  static constexpr int bc = 128;  ///< the change
+/// The variant `Warp16` (see its summary).
+struct Warp16 : Tuned {
+  static constexpr const char* name = "warp16";  ///< --variant warp16
+  /// For --help.
+  static constexpr const char* summary = "16 keys a warp and 64 a block at every head dim (at d <= 64, the step before)";
+  static constexpr int key_mtiles = 1;  ///< the change
+  static constexpr int bc = 64;         ///< and the block size it had
 };
 /// The variant `Min3` (see its summary).
 struct Min3 : Tuned {
@@ -53,7 +50,7 @@ struct Min3 : Tuned {
 };
 
 /// Every variant, in LOG.md's order, the finished kernel first.
-using Variants = std::tuple<Tuned, Bc64, Bc128, Min3>;
+using Variants = std::tuple<Tuned, Warp16, Min3>;
 
 /// The variants as the demo runs them (`--variant NAME`); each runs d = 64 and 128.
 std::vector<Variant<BackwardStageRun>> variants();
