@@ -251,7 +251,7 @@ TEST_CASE("stage 11: every variant matches the reference", "[stage11][variants]"
     }
   }
   REQUIRE_THROWS_WITH(fa::find_variant(variants, "nope", "11_backward_tensor_cores"),
-                      fa::test::HasSubstring("tuned, warp16, min3"));
+                      fa::test::HasSubstring("tuned, warp16, no_split, dq_mt1, min3"));
   const fa::AttentionProblem p32 = problem(1, 1, 4, 4, 32, false, fa::DType::F16);
   REQUIRE_THROWS_WITH(fa::find_variant(variants, "warp16", "11_backward_tensor_cores").run(p32, {}, nullptr),
                       fa::test::HasSubstring("d = 64 and 128 only"));

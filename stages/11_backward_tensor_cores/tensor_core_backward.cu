@@ -79,33 +79,43 @@ constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(
 template <int HD, class S>
 struct Config {
   static constexpr int D = HD;  ///< head dimension
-  /// 16-key m-tiles a warp owns: two up to d = 64, so that every Q and dO fragment a warp
-  /// reads feeds twice the products; one at d = 128, where two would need 256 registers
-  /// a thread for dK and dV alone (LOG.md).
-  static constexpr int MT = S::key_mtiles > 0 ? S::key_mtiles : (D >= 128 ? 1 : 2);
+  /// Whether two warps share 32 keys, splitting dK_j and dV_j along d, with Pᵀ and dSᵀ
+  /// passed through shared memory (at d = 128, where one warp's dK and dV of 32 keys would
+  /// take 256 registers a thread), or each warp keeps its keys' Pᵀ and dSᵀ in registers.
+  static constexpr bool SPLIT_D = S::split_d > 0 ? S::split_d == 2 : D >= 128;
+  /// 16-key m-tiles a warp owns: two, so that every Q and dO fragment a warp reads feeds
+  /// twice the products (LOG.md); one in the variant before that step.
+  static constexpr int MT = S::key_mtiles > 0 ? S::key_mtiles : (SPLIT_D || D <= 64 ? 2 : 1);
   /// Queries a pass of the tile's elementwise work: Sᵀ and dPᵀ are computed, turned into Pᵀ
   /// and dSᵀ and used for QW queries at a time, so that MT·QW = 64 keeps them at 32
-  /// registers each.
+  /// registers each. With SPLIT_D the two warps of a pair take one pass each.
   static constexpr int QW = Br / MT;
-  /// Keys a block owns, chosen by measurement (LOG.md): 128, that is 4 warps of 32 keys up to
-  /// d = 64 and 8 warps of 16 keys at d = 128 (which share each Q tile's copies).
+  static constexpr int PAIR = SPLIT_D ? 2 : 1;  ///< warps that share a group of 16·MT keys
+  static constexpr int DW = D / PAIR;           ///< columns of dK_j and dV_j a warp owns
+  /// Keys a block owns, chosen by measurement (LOG.md): 128, 4 warps of 32 keys up to d = 64
+  /// and 4 pairs of warps at d = 128 (which share each Q tile's copies).
   static constexpr int Bc = S::bc > 0 ? S::bc : 128;
-  static constexpr int WARPS = Bc / (16 * MT);  ///< warps a block
+  static constexpr int WARPS = Bc / (16 * MT) * PAIR;  ///< warps a block
   static_assert(WARPS >= 1 && Bc % (16 * MT) == 0 && Br % (16 * MT) == 0, "whole m-tiles of keys and queries");
+  static_assert(Br / QW == PAIR || !SPLIT_D, "with SPLIT_D each warp of a pair takes one pass");
   static constexpr int THREADS = 32 * WARPS;  ///< threads a block
-  /// dQ_i (Br × D) split among the warps: each owns a 16-row m-tile of queries and a range of
-  /// DQ_COLS columns, computed DQ_CHUNK columns at a time so that its accumulators stay small
-  /// beside dK's and dV's.
-  static constexpr int WARPS_PER_MTILE = WARPS / (Br / 16);   ///< warps that share one m-tile of dQ
-  static constexpr int DQ_COLS = D / WARPS_PER_MTILE;          ///< columns of dQ a warp owns
+  /// dQ_i (Br × D) split among the warps: each owns DQ_MT m-tiles of 16 queries and a range
+  /// of DQ_COLS columns, computed DQ_CHUNK columns at a time so that its accumulators stay
+  /// small beside dK's and dV's. Two m-tiles, where the columns allow, so that each K
+  /// fragment read feeds two mma (LOG.md).
+  static constexpr int DQ_MT = S::dq_mtiles > 0 ? S::dq_mtiles : (D * (Br / 32) / WARPS >= 16 ? 2 : 1);
+  static constexpr int DQ_GROUPS = Br / (16 * DQ_MT);          ///< groups of DQ_MT m-tiles
+  static constexpr int DQ_COLS = D / (WARPS / DQ_GROUPS);      ///< columns of dQ a warp owns
   static constexpr int DQ_CHUNK = DQ_COLS < 64 ? DQ_COLS : 64;  ///< columns of dQ a warp computes at once
-  static_assert(WARPS % (Br / 16) == 0 && DQ_COLS % 16 == 0, "the warps split dQ into whole fragments");
+  static_assert(WARPS % DQ_GROUPS == 0 && DQ_COLS % 16 == 0, "the warps split dQ into whole fragments");
   /// Blocks a multiprocessor should hold (__launch_bounds__): dK and dV's accumulators take
   /// MT·D registers a thread, Sᵀ and dPᵀ 64 more.
   static constexpr int MIN_BLOCKS = S::min_blocks > 0 ? S::min_blocks : (D <= 64 ? 2 : 1);
-  /// Shared memory: K, V, two buffers of Q and dO, dSᵀ (16-bit elements), two buffers of lse and D.
-  static constexpr std::size_t SMEM_BYTES = static_cast<std::size_t>((2 * Bc + 4 * Br) * D + Bc * Br) * 2 +
-                                            static_cast<std::size_t>(4 * Br) * 4;
+  /// Shared memory: K, V, two buffers of Q and dO, dSᵀ and with SPLIT_D Pᵀ (16-bit
+  /// elements), two buffers of lse and D.
+  static constexpr std::size_t SMEM_BYTES =
+      static_cast<std::size_t>((2 * Bc + 4 * Br) * D + (SPLIT_D ? 2 : 1) * Bc * Br) * 2 +
+      static_cast<std::size_t>(4 * Br) * 4;
 };
 
 /// The value of a 16-bit element as a float.
@@ -164,7 +174,8 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   T* Qbuf = Vs + Bc * D;               // [2][Br][D]     Q tiles, double-buffered
   T* dObuf = Qbuf + 2 * Br * D;        // [2][Br][D]     dO tiles
   T* dSs = dObuf + 2 * Br * D;         // [Bc][Br]       dSᵀ: rows are keys
-  float* lse_buf = reinterpret_cast<float*>(dSs + Bc * Br);  // [2][Br]  lse·log2(e)
+  T* Ps = dSs + Bc * Br;               // [Bc][Br]       Pᵀ, with SPLIT_D only
+  float* lse_buf = reinterpret_cast<float*>(Ps + (C::SPLIT_D ? Bc * Br : 0));  // [2][Br]  lse·log2(e)
   float* D_buf = lse_buf + 2 * Br;                           // [2][Br]  D
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -204,7 +215,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   // cp_async.cuh give the rest: chunk c ^ δ is an XOR of the offset with 8·δ, and 8·m rows
   // further on an addition of 8·m row lengths, which ldmatrix takes as a constant.
   //   A of K or V (rows: the warp's m-tile m of 16 keys), k-step kk of d:
-  const int key0 = 16 * C::MT * warp;  // the warp's first key in the tile
+  const int key0 = 16 * C::MT * (warp / C::PAIR);  // the warp's first key in the tile
   const int a_lane = swizzle<D>(key0 + lane % 8 + 8 * (lane / 8 % 2), lane / 16);
   const auto a_at = [&](int m, int kk) { return (a_lane ^ (16 * kk)) + 16 * m * D; };
   //   B of Q or dO for Sᵀ, dPᵀ (n even: queries 8n .. 8n + 15), k-step kk of d:
@@ -213,16 +224,21 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   //   B, transposed, of dO or Q (rows: queries 16kk ..) or of K (rows: keys), columns 8n .. 8n + 15 of d:
   const int t_lane = swizzle<D>(lane % 8 + 8 * (lane / 8 % 2), lane / 16);
   const auto t_at = [&](int kk, int n) { return (t_lane ^ (8 * n)) + 16 * kk * D; };
-  //   A, transposed, of dS from dSᵀ (rows: keys 16kk ..), the queries of this warp's dQ m-tile:
-  const int mq = warp % (Br / 16);
-  const int ds_lane = swizzle<Br>(lane % 8 + 8 * (lane / 16), 2 * mq + lane / 8 % 2);
-  const auto ds_at = [&](int kk) { return ds_lane + 16 * kk * Br; };
-  //   where this lane writes dSᵀ: keys key0 + 16m + g (+8), queries 16kk + 2t (+8)
+  //   A, transposed, of dS from dSᵀ (rows: keys 16kk ..), m-tile mq0 + mm of the queries
+  //   (mq0 is a multiple of DQ_MT, so its chunk bits and mm's do not overlap: + is ^):
+  const int mq0 = warp % C::DQ_GROUPS * C::DQ_MT;
+  const int ds_lane = swizzle<Br>(lane % 8 + 8 * (lane / 16), 2 * mq0 + lane / 8 % 2);
+  const auto ds_at = [&](int mm, int kk) { return (ds_lane ^ (16 * mm)) + 16 * kk * Br; };
+  //   where this lane writes dSᵀ (and Pᵀ): keys key0 + 16m + g (+8), queries 16kk + 2t (+8)
   const int ds_write = swizzle<Br>(key0 + g, 0) + 2 * t;
+  //   A of Pᵀ or dSᵀ (rows: the warp's m-tile m of keys), k-step kk of the queries (SPLIT_D):
+  const int pa_lane = swizzle<Br>(key0 + lane % 8 + 8 * (lane / 8 % 2), lane / 16);
+  const auto pa_at = [&](int m, int kk) { return (pa_lane ^ (16 * kk)) + 16 * m * Br; };
 
-  // This warp's rows of dV_j and dK_j: keys key0 + 16m + g (+8), all D columns, fp32.
-  constexpr int MT = C::MT, QW = C::QW;
-  float dv_acc[MT][D / 8][4] = {}, dk_acc[MT][D / 8][4] = {};
+  // This warp's rows of dV_j and dK_j: keys key0 + 16m + g (+8), fp32, columns c_w .. c_w + DW.
+  constexpr int MT = C::MT, QW = C::QW, DW = C::DW;
+  const int c_w = warp % C::PAIR * DW;
+  float dv_acc[MT][DW / 8][4] = {}, dk_acc[MT][DW / 8][4] = {};
 
   int b = 0;  // the buffer of the current Q tile
   for (int64_t i0 = i_start; i0 < seq_q; i0 += Br, b ^= 1) {  // ---- the only loop: Q tiles ----
@@ -243,7 +259,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     // The tile's queries in Br / QW passes of QW: each pass computes its part of Sᵀ and dPᵀ,
     // turns it into Pᵀ and dSᵀ, and adds its terms to dV_j and dK_j.
 #pragma unroll 1
-    for (int pass = 0; pass < Br / QW; ++pass) {
+    for (int pass = warp % C::PAIR; pass < Br / QW; pass += C::PAIR) {
       const int nq0 = pass * (QW / 8);  // the pass's first n-tile of 8 queries
       // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for the warp's MT·16 keys and the pass's QW
       // queries: QW/8 C fragments each, per m-tile. Each B fragment of Q or dO feeds MT mma.
@@ -308,11 +324,58 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
           ads[m][0] = pack2<T>(d0[0], d0[1]), ads[m][1] = pack2<T>(d0[2], d0[3]);
           ads[m][2] = pack2<T>(d1[0], d1[1]), ads[m][3] = pack2<T>(d1[2], d1[3]);
         }
+        if constexpr (!C::SPLIT_D) {
 #pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
+          for (int n = 0; n < D / 8; n += 2) {
+            uint32_t bo[4], bq[4];
+            ldmatrix_x4_trans(bo, dOs + t_at(kk, n));
+            ldmatrix_x4_trans(bq, Qs + t_at(kk, n));
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_m16n8k16<T>(dv_acc[m][n], ap[m], bo[0], bo[1]);
+              mma_m16n8k16<T>(dv_acc[m][n + 1], ap[m], bo[2], bo[3]);
+              mma_m16n8k16<T>(dk_acc[m][n], ads[m], bq[0], bq[1]);
+              mma_m16n8k16<T>(dk_acc[m][n + 1], ads[m], bq[2], bq[3]);
+            }
+          }
+        }
+        // dSᵀ into shared memory for dQ (and with SPLIT_D Pᵀ and dSᵀ for the pair's dV and
+        // dK): keys key0 + 16m + g (+8), queries 16kk + 2t (+1), +8.
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          T* row = dSs + 16 * m * Br;
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk))) = ads[m][0];
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk)) + 8 * Br) = ads[m][1];
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8))) = ads[m][2];
+          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ads[m][3];
+          if constexpr (C::SPLIT_D) {
+            T* prow = Ps + 16 * m * Br;
+            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk))) = ap[m][0];
+            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk)) + 8 * Br) = ap[m][1];
+            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk + 8))) = ap[m][2];
+            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ap[m][3];
+          }
+        }
+      }
+    }
+    __syncthreads();  // dSᵀ (and Pᵀ) are in shared memory
+
+    // With SPLIT_D: dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i for the pair's 16·MT keys and this
+    // warp's DW columns, all Br queries, the A fragments read back from shared memory.
+    if constexpr (C::SPLIT_D) {
+#pragma unroll
+      for (int kk = 0; kk < Br / 16; ++kk) {
+        uint32_t ap[MT][4], ads[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          ldmatrix_x4(ap[m], Ps + pa_at(m, kk));
+          ldmatrix_x4(ads[m], dSs + pa_at(m, kk));
+        }
+#pragma unroll
+        for (int n = 0; n < DW / 8; n += 2) {
           uint32_t bo[4], bq[4];
-          ldmatrix_x4_trans(bo, dOs + t_at(kk, n));
-          ldmatrix_x4_trans(bq, Qs + t_at(kk, n));
+          ldmatrix_x4_trans(bo, dOs + t_at(kk, c_w / 8 + n));
+          ldmatrix_x4_trans(bq, Qs + t_at(kk, c_w / 8 + n));
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             mma_m16n8k16<T>(dv_acc[m][n], ap[m], bo[0], bo[1]);
@@ -321,46 +384,44 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
             mma_m16n8k16<T>(dk_acc[m][n + 1], ads[m], bq[2], bq[3]);
           }
         }
-        // dSᵀ into shared memory for dQ: keys key0 + 16m + g (+8), queries 16kk + 2t (+1), +8.
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          T* row = dSs + 16 * m * Br;
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk))) = ads[m][0];
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk)) + 8 * Br) = ads[m][1];
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8))) = ads[m][2];
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ads[m][3];
-        }
       }
     }
-    __syncthreads();  // dSᵀ is in shared memory
 
-    // dQacc_i += dS·K_j (scale is applied by kernel 3): this warp's m-tile of 16 queries and
-    // DQ_COLS columns, DQ_CHUNK at a time; every K/V tile of the head adds to the same rows,
-    // from other blocks: fp32 atomics in L2, two neighbouring floats an instruction.
-    const int c0 = warp / (Br / 16) * C::DQ_COLS;
+    // dQacc_i += dS·K_j (scale is applied by kernel 3): this warp's DQ_MT m-tiles of 16
+    // queries and DQ_COLS columns, DQ_CHUNK at a time; every K/V tile of the head adds to the
+    // same rows, from other blocks: fp32 atomics in L2, two neighbouring floats an instruction.
+    constexpr int DQ_MT = C::DQ_MT;
+    const int c0 = warp / C::DQ_GROUPS * C::DQ_COLS;
 #pragma unroll
     for (int chunk = c0; chunk < c0 + C::DQ_COLS; chunk += C::DQ_CHUNK) {
-      float dq[C::DQ_CHUNK / 8][4] = {};
+      float dq[DQ_MT][C::DQ_CHUNK / 8][4] = {};
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4_trans(a, dSs + ds_at(kk));
+        uint32_t a[DQ_MT][4];
+#pragma unroll
+        for (int mm = 0; mm < DQ_MT; ++mm) ldmatrix_x4_trans(a[mm], dSs + ds_at(mm, kk));
 #pragma unroll
         for (int n = 0; n < C::DQ_CHUNK / 8; n += 2) {
           uint32_t bk[4];
           ldmatrix_x4_trans(bk, Ks + t_at(kk, chunk / 8 + n));
-          mma_m16n8k16<T>(dq[n], a, bk[0], bk[1]);
-          mma_m16n8k16<T>(dq[n + 1], a, bk[2], bk[3]);
+#pragma unroll
+          for (int mm = 0; mm < DQ_MT; ++mm) {
+            mma_m16n8k16<T>(dq[mm][n], a[mm], bk[0], bk[1]);
+            mma_m16n8k16<T>(dq[mm][n + 1], a[mm], bk[2], bk[3]);
+          }
         }
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t q = i0 + 16 * mq + g + 8 * h;
-        if (q >= seq_q) continue;
+      for (int mm = 0; mm < DQ_MT; ++mm) {
 #pragma unroll
-        for (int n = 0; n < C::DQ_CHUNK / 8; ++n) {
-          const float add[2] = {dq[n][2 * h], dq[n][2 * h + 1]};
-          atomic_add_vec<2, true>(dQh + q * D + chunk + 8 * n + 2 * t, add);
+        for (int h = 0; h < 2; ++h) {
+          const int64_t q = i0 + 16 * (mq0 + mm) + g + 8 * h;
+          if (q >= seq_q) continue;
+#pragma unroll
+          for (int n = 0; n < C::DQ_CHUNK / 8; ++n) {
+            const float add[2] = {dq[mm][n][2 * h], dq[mm][n][2 * h + 1]};
+            atomic_add_vec<2, true>(dQh + q * D + chunk + 8 * n + 2 * t, add);
+          }
         }
       }
     }
@@ -374,9 +435,9 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     for (int h = 0; h < 2; ++h) {
       const int key = key0 + 16 * m + g + 8 * h;
       if (key >= kv_valid) continue;
-      const int64_t at = (bh * seq_kv + j0 + key) * D + 2 * t;
+      const int64_t at = (bh * seq_kv + j0 + key) * D + c_w + 2 * t;
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
+      for (int n = 0; n < DW / 8; ++n) {
         *reinterpret_cast<uint32_t*>(dV + at + 8 * n) = pack2<T>(dv_acc[m][n][2 * h], dv_acc[m][n][2 * h + 1]);
         *reinterpret_cast<uint32_t*>(dK + at + 8 * n) =
             pack2<T>(scale * dk_acc[m][n][2 * h], scale * dk_acc[m][n][2 * h + 1]);

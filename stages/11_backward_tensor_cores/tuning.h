@@ -28,7 +28,11 @@ struct Tuned {
   static constexpr const char* summary = "the finished kernel, as the demo runs it without --variant";
   static constexpr int bc = 0;          ///< keys a block; 0: the kernel's choice (128)
   static constexpr int key_mtiles = 0;  ///< 16-key m-tiles a warp; 0: the kernel's choice per head dim
+  /// dK and dV split along d between two warps, Pᵀ and dSᵀ through shared memory: 2 on,
+  /// 1 off, 0 the kernel's choice (on at d = 128).
+  static constexpr int split_d = 0;
   static constexpr int min_blocks = 0;  ///< __launch_bounds__' blocks per SM; 0: the kernel's choice
+  static constexpr int dq_mtiles = 0;   ///< 16-query m-tiles of dQ a warp; 0: the kernel's choice (2 where d allows)
 };
 
 // The variants LOG.md measures, each the finished kernel with one change.
@@ -40,6 +44,22 @@ struct Warp16 : Tuned {
   static constexpr const char* summary = "16 keys a warp and 64 a block at every head dim (at d <= 64, the step before)";
   static constexpr int key_mtiles = 1;  ///< the change
   static constexpr int bc = 64;         ///< and the block size it had
+  static constexpr int split_d = 1;     ///< and Pᵀ, dSᵀ in registers
+};
+/// The variant `NoSplit` (see its summary).
+struct NoSplit : Tuned {
+  static constexpr const char* name = "no_split";  ///< --variant no_split
+  /// For --help.
+  static constexpr const char* summary =
+      "dK and dV not split along d: at d = 128, 16 keys a warp with Pt, dSt in registers (the step before)";
+  static constexpr int split_d = 1;  ///< the change
+};
+/// The variant `DqOne` (see its summary).
+struct DqOne : Tuned {
+  static constexpr const char* name = "dq_mt1";  ///< --variant dq_mt1
+  /// For --help.
+  static constexpr const char* summary = "dQ: 16 queries a warp (one m-tile), all its columns (the step before)";
+  static constexpr int dq_mtiles = 1;  ///< the change
 };
 /// The variant `Min3` (see its summary).
 struct Min3 : Tuned {
@@ -50,7 +70,7 @@ struct Min3 : Tuned {
 };
 
 /// Every variant, in LOG.md's order, the finished kernel first.
-using Variants = std::tuple<Tuned, Warp16, Min3>;
+using Variants = std::tuple<Tuned, Warp16, NoSplit, DqOne, Min3>;
 
 /// The variants as the demo runs them (`--variant NAME`); each runs d = 64 and 128.
 std::vector<Variant<BackwardStageRun>> variants();
