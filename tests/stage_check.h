@@ -120,6 +120,22 @@ inline void require_passed(const AttentionProblem& p, const StageResult& r) {
   REQUIRE(r.check.passed());
 }
 
+/// REQUIREs that dQ, dK and dV all passed their checks, printing each one's figures and
+/// first mismatches if not (the backward stages' tests).
+inline void require_passed(const AttentionProblem& p, const GradientCheck& c) {
+  INFO(describe(p));
+  INFO(describe(c.dq, gradient_namer(p, c.heads, "dQ")));
+  INFO(describe(c.dk, gradient_namer(p, c.heads, "dK")));
+  INFO(describe(c.dv, gradient_namer(p, c.heads, "dV")));
+  REQUIRE(c.passed());
+}
+
+/// REQUIREs that every element of dQ, dK and dV is finite.
+inline void require_finite(const AttentionGradients<float>& g) {
+  for (const std::vector<float>* x : {&g.dq, &g.dk, &g.dv})
+    for (float e : *x) REQUIRE(std::isfinite(e));
+}
+
 /// Query and key lengths that are not multiples of any tile, 1 included, Nq != Nkv.
 inline const std::vector<std::pair<int64_t, int64_t>>& ragged_lengths() {
   static const std::vector<std::pair<int64_t, int64_t>> lengths = {

@@ -120,6 +120,19 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return u;
 }
 
+/// The A fragment of a k-step from the C fragments of two neighbouring n-tiles, `lo`
+/// (columns 8k .. 8k+7 of a 16-row block) and `hi` (8k+8 .. 8k+15), rounded to T. A C
+/// fragment holds rows g and g + 8, columns 2t and 2t + 1, which is where the A fragment
+/// wants them with those columns as k (the drawings above): P = softmax(S) becomes the A
+/// operand of P·V in registers, with no trip through shared memory.
+template <typename T>
+__device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack2<T>(lo[0], lo[1]);  // row g,     k 2t, 2t+1
+  a[1] = pack2<T>(lo[2], lo[3]);  // row g + 8, k 2t, 2t+1
+  a[2] = pack2<T>(hi[0], hi[1]);  // row g,     k 2t+8, 2t+9
+  a[3] = pack2<T>(hi[2], hi[3]);  // row g + 8, k 2t+8, 2t+9
+}
+
 /// Max over the quad of lanes that holds one row of a C fragment (lanes 4g .. 4g+3).
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

@@ -47,6 +47,7 @@
 
 namespace fa::tensor_core {
 
+using tc::a_from_c;
 using tc::ldmatrix_x4;
 using tc::ldmatrix_x4_trans;
 using tc::mma_m16n8k16;
@@ -196,9 +197,8 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
       o_acc[n][2] *= alpha[1], o_acc[n][3] *= alpha[1];
     }
     for (int kk = 0; kk < Bc / 16; ++kk) {
-      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[4];
+      a_from_c<T>(a, s[2 * kk], s[2 * kk + 1]);
       for (int n = 0; n < D / 8; n += 2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, Vs + (16 * kk + v_row) * S + 8 * n + v_col);

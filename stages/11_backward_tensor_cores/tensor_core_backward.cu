@@ -67,6 +67,7 @@ using pipe::cp_async_16;
 using pipe::cp_async_commit;
 using pipe::cp_async_wait;
 using pipe::swizzle;
+using tc::a_from_c;
 using tc::ldmatrix_x4;
 using tc::ldmatrix_x4_trans;
 using tc::mma_m16n8k16;
@@ -317,12 +318,8 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
         uint32_t ap[MT][4], ads[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          const float(&p0)[4] = s[m][2 * kq], (&p1)[4] = s[m][2 * kq + 1];
-          const float(&d0)[4] = dp[m][2 * kq], (&d1)[4] = dp[m][2 * kq + 1];
-          ap[m][0] = pack2<T>(p0[0], p0[1]), ap[m][1] = pack2<T>(p0[2], p0[3]);
-          ap[m][2] = pack2<T>(p1[0], p1[1]), ap[m][3] = pack2<T>(p1[2], p1[3]);
-          ads[m][0] = pack2<T>(d0[0], d0[1]), ads[m][1] = pack2<T>(d0[2], d0[3]);
-          ads[m][2] = pack2<T>(d1[0], d1[1]), ads[m][3] = pack2<T>(d1[2], d1[3]);
+          a_from_c<T>(ap[m], s[m][2 * kq], s[m][2 * kq + 1]);
+          a_from_c<T>(ads[m], dp[m][2 * kq], dp[m][2 * kq + 1]);
         }
         if constexpr (!C::SPLIT_D) {
 #pragma unroll

@@ -62,6 +62,7 @@ using pipe::cp_async_16;
 using pipe::cp_async_commit;
 using pipe::cp_async_wait;
 using pipe::swizzle;
+using tc::a_from_c;
 using tc::ldmatrix_x4;
 using tc::ldmatrix_x4_trans;
 using tc::mma_m16n8k16;
@@ -368,11 +369,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t a[M_TILES][4];
 #pragma unroll
-      for (int mt = 0; mt < M_TILES; ++mt) {
-        const float(*p)[4] = s[mt];
-        a[mt][0] = pack2<T>(p[2 * kk][0], p[2 * kk][1]), a[mt][1] = pack2<T>(p[2 * kk][2], p[2 * kk][3]);
-        a[mt][2] = pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]), a[mt][3] = pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
-      }
+      for (int mt = 0; mt < M_TILES; ++mt) a_from_c<T>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
       for (int n = 0; n < D / 8; n += 2) {
         uint32_t b[4];

@@ -564,8 +564,8 @@ __global__ void __launch_bounds__(THREADS, S::mma_min_blocks)
       for (int j = 0; j < NTILES; ++j) acc[j][2 * h] *= alpha, acc[j][2 * h + 1] *= alpha;
     }
     // O += P·V: the two S tiles, rounded to T, are P's A fragment (stage 06's reuse).
-    const uint32_t pa[4] = {tc::pack2<T>(p[0][0], p[0][1]), tc::pack2<T>(p[0][2], p[0][3]),
-                            tc::pack2<T>(p[1][0], p[1][1]), tc::pack2<T>(p[1][2], p[1][3])};
+    uint32_t pa[4];
+    tc::a_from_c<T>(pa, p[0], p[1]);
 #pragma unroll
     for (int j = 0; j < NTILES; ++j) {
       const int w = j / 2, half = j % 2;  // n-tile j is element j of this lane's V run
