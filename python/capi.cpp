@@ -26,6 +26,7 @@
 #include "stages/08_hopper/hopper_attention.h"
 #endif
 #include "stages/10_backward/backward_attention.h"
+#include "stages/11_backward_tensor_cores/tensor_core_backward.h"
 
 #define FA_API extern "C" __attribute__((visibility("default")))
 
@@ -204,28 +205,38 @@ FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h,
   });
 }
 
-/// Device bytes of workspace the backward pass (stage 10) needs, into *bytes.
-FA_API int fa_stages_backward_workspace(int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, int causal,
-                                        int64_t* bytes) {
+/// Device bytes of workspace the backward pass of `dtype` needs (stage 10 for fp32, stage 11
+/// for fp16 and bf16), into *bytes.
+FA_API int fa_stages_backward_workspace(int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
+                                        int causal, int64_t* bytes) {
   return guarded([&] {
-    *bytes = static_cast<int64_t>(fa::backward::workspace_bytes(problem(0, b, h, nq, nkv, d, 0.0, causal)));
+    const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, 0.0, causal);
+    *bytes = static_cast<int64_t>(p.dtype == fa::DType::F32 ? fa::backward::workspace_bytes(p)
+                                                            : fa::tc_backward::workspace_bytes(p));
   });
 }
 
 /**
- * dQ, dK and dV by stage 10, all fp32, contiguous [B, H, N, d] (lse [B, H, Nq]), 16-byte
- * aligned: q, k, v, the forward's o and lse, and d_o the gradient of the loss with respect
- * to o. Ordered on `stream` as fa_stages_forward is.
+ * dQ, dK and dV: by stage 10 (fp32, CUDA cores) or stage 11 (fp16 and bf16, tensor cores),
+ * contiguous [B, H, N, d] in `dtype` (lse [B, H, Nq] in fp32), 16-byte aligned: q, k, v, the
+ * forward's o and lse, and d_o the gradient of the loss with respect to o. Ordered on
+ * `stream` as fa_stages_forward is.
  */
-FA_API int fa_stages_backward(int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, double scale, int causal,
-                              const float* q, const float* k, const float* v, const float* o, const float* d_o,
-                              const float* lse, float* dq, float* dk, float* dv, void* workspace, int device,
-                              void* stream) {
+FA_API int fa_stages_backward(int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, double scale,
+                              int causal, const void* q, const void* k, const void* v, const void* o,
+                              const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
+                              int device, void* stream) {
   return guarded([&] {
-    const fa::AttentionProblem p = problem(0, b, h, nq, nkv, d, scale, causal);
+    const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
     select_device(device);
     OnStream on(stream);
-    fa::backward::attention_backward(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace);
+    if (p.dtype == fa::DType::F32) {
+      const auto f = [](const void* x) { return static_cast<const float*>(x); };
+      const auto w = [](void* x) { return static_cast<float*>(x); };
+      fa::backward::attention_backward(p, {f(q), f(k), f(v), f(o), f(d_o), lse, w(dq), w(dk), w(dv)}, workspace);
+    } else {
+      fa::tc_backward::attention_backward(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace);
+    }
     FA_CUDA_CHECK(cudaGetLastError());
     on.done();
   });
