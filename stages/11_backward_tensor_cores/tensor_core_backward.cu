@@ -6,9 +6,9 @@
  * The idea: stage 10 recomputes P from the log-sum-exp and runs five products a tile pair on
  * CUDA cores, in fp32. Here the same five products run on tensor cores, and the layout of
  * mma.sync's fragments decides where each intermediate lives. The trick is to compute the
- * transposes: a warp owns 16 keys of the block's K/V tile, and
+ * transposes: a warp owns 32 keys of the block's K/V tile (two 16-row m-tiles), and
  *
- *     Sᵀ  = K_j·Q_iᵀ      (16 keys × Br queries a warp: keys are the rows of its C fragments)
+ *     Sᵀ  = K_j·Q_iᵀ      (32 keys × 32 queries a pass: keys are the rows of its C fragments)
  *     dPᵀ = V_j·dO_iᵀ
  *     Pᵀ  = exp(scale·Sᵀ − lse)        dSᵀ = Pᵀ ∘ (dPᵀ − D)       elementwise, in registers
  *     dV_j += Pᵀ·dO_i                  Pᵀ is already the A operand: C fragments reused as A
@@ -16,18 +16,25 @@
  *     dQ_i += dS·K_j                   dS's rows are queries: the one product that needs
  *                                      dSᵀ through shared memory, read back transposed
  *
- * So P never leaves registers, and dS goes to shared memory once, for dQ. In full:
+ * So P never leaves registers, and dS goes to shared memory once, for dQ. At d = 128, where a
+ * warp's dK and dV for 32 keys would take 256 registers a thread, two warps share 32 keys and
+ * split d; each computes Pᵀ and dSᵀ for half the queries and passes them to the other
+ * through shared memory (SPLIT_D). In full:
  *
  *     kernel 1, one warp per query row: D_i = Σ_c dO_ic·O_ic; lse_i·log2(e) and D_i into a
  *               workspace padded to whole Q tiles (padding: lse = +inf, so P = 0); dQacc_i = 0
- *     kernel 2, one block per (K/V tile j, batch·head), a warp per 16 keys of the tile:
+ *     kernel 2, one block per (K/V tile j of 128 keys, batch·head), 32 keys a warp (a pair of
+ *               warps at d = 128):
  *     copy K_j, V_j; copy the first Q tile (Q_i, dO_i, lse_i, D_i) that sees a key of tile j
  *     for each such Q tile i:
  *         wait for tile i; barrier; start copying tile i+1 into the other buffer
- *         Sᵀ, dPᵀ (mma); mask where the tile crosses the diagonal or the end of the keys
- *         Pᵀ = 2^(scale·log2e·Sᵀ − lse·log2e);  dSᵀ = Pᵀ ∘ (dPᵀ − D)
- *         dV_j += Pᵀ·dO_i;  dK_j += dSᵀ·Q_i  (mma, A from registers);  dSᵀ → shared memory
+ *         for each pass of 32 queries (d = 128: the warp's own pass):
+ *             Sᵀ, dPᵀ (mma); mask where the tile crosses the diagonal or the end of the keys
+ *             Pᵀ = 2^(scale·log2e·Sᵀ − lse·log2e);  dSᵀ = Pᵀ ∘ (dPᵀ − D)
+ *             d ≤ 64: dV_j += Pᵀ·dO_i;  dK_j += dSᵀ·Q_i  (mma, A from registers)
+ *             dSᵀ → shared memory (d = 128: Pᵀ too)
  *         barrier
+ *         d = 128: dV_j += Pᵀ·dO_i;  dK_j += dSᵀ·Q_i  (mma, A by ldmatrix), half of d a warp
  *         dQacc_i += dS·K_j  (mma, A by ldmatrix.trans), fp32 atomics, 2 floats an atomic
  *     write dV_j and scale·dK_j, rounded to fp16/bf16
  *     kernel 3: dQ = scale·dQacc, rounded to fp16/bf16
