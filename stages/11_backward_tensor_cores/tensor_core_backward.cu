@@ -248,6 +248,16 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   const int c_w = warp % C::PAIR * DW;
   float dv_acc[MT][DW / 8][4] = {}, dk_acc[MT][DW / 8][4] = {};
 
+  // Stores an A fragment of m-tile m, k-step kk, into a [key][query] tile (dSᵀ or Pᵀ): keys
+  // key0 + 16m + g (+8), queries 16kk + 2t (+1), +8.
+  const auto store_a = [&](T* tile, const uint32_t(&a)[4], int m, int kk) {
+    T* row = tile + 16 * m * Br;
+    *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk))) = a[0];
+    *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk)) + 8 * Br) = a[1];
+    *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8))) = a[2];
+    *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8)) + 8 * Br) = a[3];
+  };
+
   int b = 0;  // the buffer of the current Q tile
   for (int64_t i0 = i_start; i0 < seq_q; i0 += Br, b ^= 1) {  // ---- the only loop: Q tiles ----
     cp_async_wait<0>();  // this thread's copies of tile i (and of K_j, V_j) have landed
@@ -260,6 +270,23 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     const T* dOs = dObuf + b * Br * D;
     const float* lse_s = lse_buf + b * Br;
     const float* D_s = D_buf + b * Br;
+    // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i for k-step kk (16 queries) and this warp's DW
+    // columns, from the A fragments of its m-tiles: each B fragment of dO or Q feeds MT mma.
+    const auto add_dv_dk = [&](const uint32_t(&ap)[MT][4], const uint32_t(&ads)[MT][4], int kk) {
+#pragma unroll
+      for (int n = 0; n < DW / 8; n += 2) {
+        uint32_t bo[4], bq[4];
+        ldmatrix_x4_trans(bo, dOs + t_at(kk, c_w / 8 + n));
+        ldmatrix_x4_trans(bq, Qs + t_at(kk, c_w / 8 + n));
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma_m16n8k16<T>(dv_acc[m][n], ap[m], bo[0], bo[1]);
+          mma_m16n8k16<T>(dv_acc[m][n + 1], ap[m], bo[2], bo[3]);
+          mma_m16n8k16<T>(dk_acc[m][n], ads[m], bq[0], bq[1]);
+          mma_m16n8k16<T>(dk_acc[m][n + 1], ads[m], bq[2], bq[3]);
+        }
+      }
+    };
 
     // Only a tile that crosses the diagonal or the end of the keys is masked; queries past
     // Nq need no mask, their lse is +inf.
@@ -317,8 +344,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
       }
 
       // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i: the C fragments of Pᵀ and dSᵀ, rounded to T, are
-      // the A fragments (k = queries), as P was in stage 06's P·V. Each B fragment of dO or
-      // Q feeds MT mma.
+      // the A fragments (k = queries), as P was in stage 06's P·V.
 #pragma unroll
       for (int kq = 0; kq < QW / 16; ++kq) {
         const int kk = pass * (QW / 16) + kq;  // the k-step's 16 queries in the tile
@@ -328,37 +354,12 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
           a_from_c<T>(ap[m], s[m][2 * kq], s[m][2 * kq + 1]);
           a_from_c<T>(ads[m], dp[m][2 * kq], dp[m][2 * kq + 1]);
         }
-        if constexpr (!C::SPLIT_D) {
-#pragma unroll
-          for (int n = 0; n < D / 8; n += 2) {
-            uint32_t bo[4], bq[4];
-            ldmatrix_x4_trans(bo, dOs + t_at(kk, n));
-            ldmatrix_x4_trans(bq, Qs + t_at(kk, n));
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-              mma_m16n8k16<T>(dv_acc[m][n], ap[m], bo[0], bo[1]);
-              mma_m16n8k16<T>(dv_acc[m][n + 1], ap[m], bo[2], bo[3]);
-              mma_m16n8k16<T>(dk_acc[m][n], ads[m], bq[0], bq[1]);
-              mma_m16n8k16<T>(dk_acc[m][n + 1], ads[m], bq[2], bq[3]);
-            }
-          }
-        }
-        // dSᵀ into shared memory for dQ (and with SPLIT_D Pᵀ and dSᵀ for the pair's dV and
-        // dK): keys key0 + 16m + g (+8), queries 16kk + 2t (+1), +8.
+        if constexpr (!C::SPLIT_D) add_dv_dk(ap, ads, kk);
+        // dSᵀ into shared memory for dQ (and with SPLIT_D Pᵀ and dSᵀ for the pair's dV and dK).
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          T* row = dSs + 16 * m * Br;
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk))) = ads[m][0];
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk)) + 8 * Br) = ads[m][1];
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8))) = ads[m][2];
-          *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ads[m][3];
-          if constexpr (C::SPLIT_D) {
-            T* prow = Ps + 16 * m * Br;
-            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk))) = ap[m][0];
-            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk)) + 8 * Br) = ap[m][1];
-            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk + 8))) = ap[m][2];
-            *reinterpret_cast<uint32_t*>(prow + (ds_write ^ (16 * kk + 8)) + 8 * Br) = ap[m][3];
-          }
+          store_a(dSs, ads[m], m, kk);
+          if constexpr (C::SPLIT_D) store_a(Ps, ap[m], m, kk);
         }
       }
     }
@@ -375,19 +376,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
           ldmatrix_x4(ap[m], Ps + pa_at(m, kk));
           ldmatrix_x4(ads[m], dSs + pa_at(m, kk));
         }
-#pragma unroll
-        for (int n = 0; n < DW / 8; n += 2) {
-          uint32_t bo[4], bq[4];
-          ldmatrix_x4_trans(bo, dOs + t_at(kk, c_w / 8 + n));
-          ldmatrix_x4_trans(bq, Qs + t_at(kk, c_w / 8 + n));
-#pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            mma_m16n8k16<T>(dv_acc[m][n], ap[m], bo[0], bo[1]);
-            mma_m16n8k16<T>(dv_acc[m][n + 1], ap[m], bo[2], bo[3]);
-            mma_m16n8k16<T>(dk_acc[m][n], ads[m], bq[0], bq[1]);
-            mma_m16n8k16<T>(dk_acc[m][n + 1], ads[m], bq[2], bq[3]);
-          }
-        }
+        add_dv_dk(ap, ads, kk);
       }
     }
 
