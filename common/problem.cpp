@@ -60,6 +60,21 @@ AttentionProblem make_problem(int64_t batch, int64_t heads, int64_t seq_q, int64
   return p;
 }
 
+void require_copyable(const AttentionProblem& p, const Layout& layout, const std::string& stage) {
+  const int64_t unit = 16 / static_cast<int64_t>(dtype_bytes(p.dtype));  // elements in 16 bytes
+  const std::pair<const char*, const Strides*> tensors[] = {
+      {"q", &layout.q}, {"k", &layout.k}, {"v", &layout.v}, {"o", &layout.o}, {"d_o", &layout.d_o}};
+  for (const auto& [name, s] : tensors) {
+    for (const int64_t stride : {s->batch, s->head, s->row}) {
+      if (stride < 0 || stride % unit != 0) {
+        throw InputError(stage + ": " + name + "'s strides (" + std::to_string(s->batch) + ", " +
+                         std::to_string(s->head) + ", " + std::to_string(s->row) +
+                         " elements) must be whole multiples of 16 bytes, not negative");
+      }
+    }
+  }
+}
+
 unsigned q_tile_grid(const AttentionProblem& p, int64_t br, const std::string& stage) {
   const int64_t blocks = p.batch_heads() * ((p.seq_q + br - 1) / br);
   if (blocks > 2147483647) throw InputError(stage + ": too many query tiles for one grid");

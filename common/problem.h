@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/host_device.h"
 
 namespace fa {
 
@@ -77,6 +78,40 @@ double q_outer_hbm_bytes(const AttentionProblem& p, int64_t br);
  * \throws InputError naming `stage` if they exceed a grid's 2^31 − 1 blocks.
  */
 unsigned q_tile_grid(const AttentionProblem& p, int64_t br, const std::string& stage);
+
+/**
+ * Where the elements of one [B, H, N, d] tensor lie: element (b, h, n, c) is
+ * b·batch + h·head + n·row + c elements from the tensor's start. The last dimension is
+ * always contiguous. A PyTorch view such as `qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)[0]`
+ * has row = 3·H·d and head = d: the kernels that take strides read it where it lies.
+ */
+struct Strides {
+  int64_t batch = 0;  ///< elements from (b, h, n, c) to (b + 1, h, n, c)
+  int64_t head = 0;   ///< elements from (b, h, n, c) to (b, h + 1, n, c)
+  int64_t row = 0;    ///< elements from (b, h, n, c) to (b, h, n + 1, c)
+  /// The strides of a contiguous [B, H, N, d] tensor with `heads` heads.
+  static Strides contiguous(int64_t heads, int64_t n, int64_t d) { return {heads * n * d, n * d, d}; }
+  /// Elements from the tensor's start to row 0 of head bh = b·H + h, with H = `heads`.
+  FA_HOST_DEVICE int64_t head_offset(int64_t bh, int64_t heads) const { return bh / heads * batch + bh % heads * head; }
+};
+
+/// The strides of each tensor of one pass: Q, K, V and O, and dO for a backward pass.
+struct Layout {
+  Strides q, k, v, o, d_o;
+  /// Every tensor contiguous [B, H, N, d], as AttentionProblem describes them.
+  static Layout contiguous(const AttentionProblem& p) {
+    const Strides q_like = Strides::contiguous(p.heads, p.seq_q, p.dim);
+    const Strides kv_like = Strides::contiguous(p.heads, p.seq_kv, p.dim);
+    return {q_like, kv_like, kv_like, q_like, q_like};
+  }
+};
+
+/**
+ * Refuses strides that the kernels' 16-byte copies cannot follow: each of them must be a
+ * whole number of 16 bytes (of p.dtype's elements) and not negative.
+ * \throws InputError naming `stage` and the tensor.
+ */
+void require_copyable(const AttentionProblem& p, const Layout& layout, const std::string& stage);
 
 /// One line such as "B=4 H=32 Nq=4096 Nkv=4096 d=64 scale=0.125 causal=no dtype=fp32".
 std::string describe(const AttentionProblem& p);

@@ -66,6 +66,16 @@ fa::AttentionProblem problem(int dtype, int64_t b, int64_t h, int64_t nq, int64_
   return fa::make_problem(b, h, nq, nkv, d, scale, causal != 0, dtype_of(dtype));
 }
 
+// The layout that `strides` gives: null for contiguous tensors, else (batch, head, row) in
+// elements for each of `count` tensors in the order q, k, v, o, d_o.
+fa::Layout layout_of(const fa::AttentionProblem& p, const int64_t* strides, int count) {
+  fa::Layout layout = fa::Layout::contiguous(p);
+  if (!strides) return layout;
+  fa::Strides* each[] = {&layout.q, &layout.k, &layout.v, &layout.o, &layout.d_o};
+  for (int i = 0; i < count; ++i) *each[i] = {strides[3 * i], strides[3 * i + 1], strides[3 * i + 2]};
+  return layout;
+}
+
 void require_fp32(const fa::AttentionProblem& p, const std::string& stage) {
   if (p.dtype != fa::DType::F32) throw fa::InputError("stage " + stage + " computes in fp32 only");
 }
@@ -155,18 +165,21 @@ FA_API int fa_stages_forward_workspace(const char* stage, int dtype, int64_t b, 
 }
 
 /**
- * O = softmax(scale·Q·Kᵀ)·V by stage `stage`, all tensors contiguous [B, H, N, d] (lse:
- * [B, H, Nq] fp32), 16-byte aligned, on device `device`; `scale` 0 means 1/sqrt(d).
+ * O = softmax(scale·Q·Kᵀ)·V by stage `stage`, tensors [B, H, N, d] (lse: [B, H, Nq] fp32,
+ * contiguous), 16-byte aligned, on device `device`; `scale` 0 means 1/sqrt(d). `strides`:
+ * null for contiguous tensors, or 12 numbers, (batch, head, row) strides in elements of q,
+ * k, v and o in turn, which only stage 08 takes (fa::Layout says what it needs of them).
  * `lse` receives each row's log-sum-exp from the stages that keep it (03, 05, 06, 07,
  * 08); stages 01, 02 and 04 leave it alone (04's m and l are in the workspace). `stream`
  * is the caller's CUDA stream (null: the default stream); the work is ordered on it.
  */
 FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
                              double scale, int causal, const void* q, const void* k, const void* v, void* o,
-                             float* lse, void* workspace, int device, void* stream) {
+                             float* lse, const int64_t* strides, void* workspace, int device, void* stream) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
     const std::string s = stage;
+    if (strides && s != "08") throw fa::InputError("stage " + s + " reads contiguous tensors only: pass no strides");
     select_device(device);
     OnStream on(stream);
     const auto* fq = static_cast<const float*>(q);
@@ -193,7 +206,7 @@ FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h,
       fa::pipeline::attention(p, q, k, v, o, lse);
     } else if (s == "08") {
 #if FA_HAVE_STAGE08
-      fa::hopper::attention(p, q, k, v, o, lse);
+      fa::hopper::attention_strided(p, q, k, v, o, lse, layout_of(p, strides, 4));
 #else
       throw fa::NoGpuError("this build has no stage 08 (it needs nvcc 12 or newer)");
 #endif
@@ -218,16 +231,21 @@ FA_API int fa_stages_backward_workspace(int dtype, int64_t b, int64_t h, int64_t
 
 /**
  * dQ, dK and dV: by stage 10 (fp32, CUDA cores) or stage 11 (fp16 and bf16, tensor cores),
- * contiguous [B, H, N, d] in `dtype` (lse [B, H, Nq] in fp32), 16-byte aligned: q, k, v, the
- * forward's o and lse, and d_o the gradient of the loss with respect to o. Ordered on
- * `stream` as fa_stages_forward is.
+ * [B, H, N, d] in `dtype` (lse [B, H, Nq] in fp32), 16-byte aligned: q, k, v, the
+ * forward's o and lse, and d_o the gradient of the loss with respect to o. dq, dk and dv
+ * are written contiguous. `strides`: null for contiguous inputs, or 15 numbers, (batch,
+ * head, row) strides in elements of q, k, v, o and d_o in turn, which only stage 11 (fp16
+ * and bf16) takes. Ordered on `stream` as fa_stages_forward is.
  */
 FA_API int fa_stages_backward(int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, double scale,
                               int causal, const void* q, const void* k, const void* v, const void* o,
-                              const void* d_o, const float* lse, void* dq, void* dk, void* dv, void* workspace,
-                              int device, void* stream) {
+                              const void* d_o, const float* lse, void* dq, void* dk, void* dv,
+                              const int64_t* strides, void* workspace, int device, void* stream) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
+    if (strides && p.dtype == fa::DType::F32) {
+      throw fa::InputError("stage 10 (fp32) reads contiguous tensors only: pass no strides");
+    }
     select_device(device);
     OnStream on(stream);
     if (p.dtype == fa::DType::F32) {
@@ -235,7 +253,8 @@ FA_API int fa_stages_backward(int dtype, int64_t b, int64_t h, int64_t nq, int64
       const auto w = [](void* x) { return static_cast<float*>(x); };
       fa::backward::attention_backward(p, {f(q), f(k), f(v), f(o), f(d_o), lse, w(dq), w(dk), w(dv)}, workspace);
     } else {
-      fa::tc_backward::attention_backward(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace);
+      fa::tc_backward::attention_backward_strided(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace,
+                                                  layout_of(p, strides, 5));
     }
     FA_CUDA_CHECK(cudaGetLastError());
     on.done();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -313,6 +314,69 @@ inline void check_block_sparse_stage(const MaskedStageFn& stage, int64_t block_q
     }
     run(p, mask, in);
   }
+}
+
+// ---- Tensors that lie where a Layout says (the kernels that take strides) ---------------
+
+/// The layouts the strided kernels are tested on: "interleaved", heads side by side in each
+/// row of a buffer [B][N][G][H][d] (G = 3 for Q, K and V, as a linear layer's q, k, v output
+/// viewed as heads gives them; 1 for O, as scaled_dot_product_attention lays it out; 2 for
+/// dO), and "padded", spare elements after each row, head and batch, 8·(which + 1) of them.
+/// `which` counts Q, K, V, O and dO from 0, so that a kernel that follows one tensor's
+/// strides for another's reads the wrong rows.
+inline Strides test_strides(const std::string& name, const AttentionProblem& p, int64_t n, int which) {
+  const int64_t d = p.dim, h = p.heads;
+  if (name == "interleaved") {
+    const int64_t groups = which < 3 ? 3 : which == 3 ? 1 : 2;
+    return {n * groups * h * d, d, groups * h * d};
+  }
+  if (name == "padded") {
+    const int64_t pad = 8 * (which + 1), row = d + pad, head = n * row + pad;
+    return {h * head + pad, head, row};
+  }
+  throw std::logic_error("no test layout " + name);
+}
+
+/// Each tensor of a pass laid out as test_strides(name, ...) says.
+inline Layout test_layout(const std::string& name, const AttentionProblem& p) {
+  return {test_strides(name, p, p.seq_q, 0), test_strides(name, p, p.seq_kv, 1), test_strides(name, p, p.seq_kv, 2),
+          test_strides(name, p, p.seq_q, 3), test_strides(name, p, p.seq_q, 4)};
+}
+
+/// Elements a buffer needs to hold a [B, H, n, d] tensor laid out as `s`.
+inline int64_t strided_extent(const AttentionProblem& p, int64_t n, const Strides& s) {
+  return (p.batch - 1) * s.batch + (p.heads - 1) * s.head + (n - 1) * s.row + p.dim;
+}
+
+/// A buffer of 16-bit elements holding the contiguous [B, H, n, d] device tensor `from`
+/// where `s` says, every element in between poisoned (kPoisonByte: NaN in fp16 and bf16),
+/// so that a kernel that reads past the layout reads NaN.
+inline DeviceBuffer<uint16_t> scatter(const AttentionProblem& p, int64_t n, const void* from, const Strides& s) {
+  std::vector<uint16_t> dense(static_cast<size_t>(p.batch_heads() * n * p.dim));
+  FA_CUDA_CHECK(cudaMemcpy(dense.data(), from, dense.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<uint16_t> out(static_cast<size_t>(strided_extent(p, n, s)), 0xFFFF);
+  for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(dense.begin() + (bh * n + i) * p.dim, p.dim,
+                  out.begin() + s.head_offset(bh, p.heads) + i * s.row);
+  return DeviceBuffer<uint16_t>(out);
+}
+
+/// The contiguous [B, H, n, d] tensor held in `from` where `s` says, copied to the device
+/// pointer `to`. REQUIREs that every element in between still holds kPoisonByte: a kernel
+/// that writes where `s` says writes nothing else.
+inline void gather(const AttentionProblem& p, int64_t n, const DeviceBuffer<uint16_t>& from, const Strides& s,
+                   void* to) {
+  std::vector<uint16_t> all = from.download();
+  std::vector<uint16_t> dense(static_cast<size_t>(p.batch_heads() * n * p.dim));
+  for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
+    for (int64_t i = 0; i < n; ++i) {
+      const auto at = all.begin() + s.head_offset(bh, p.heads) + i * s.row;
+      std::copy_n(at, p.dim, dense.begin() + (bh * n + i) * p.dim);
+      std::fill_n(at, p.dim, uint16_t{0xFFFF});  // taken: what remains must be the poison
+    }
+  REQUIRE(std::count(all.begin(), all.end(), uint16_t{0xFFFF}) == static_cast<std::ptrdiff_t>(all.size()));
+  FA_CUDA_CHECK(cudaMemcpy(to, dense.data(), dense.size() * 2, cudaMemcpyHostToDevice));
 }
 
 }  // namespace fa::test

@@ -156,6 +156,42 @@ def layouts(device):
           "q at an address that is not 16-byte aligned")
 
 
+def strided_views(device):
+    """Stages 08 and 11 read views where they lie: q, k and v as a linear layer's output
+    viewed as heads, and dO as the gradient of O.transpose(1, 2).reshape(B, N, H·d) comes
+    back. O and the gradients equal those of contiguous copies, and O is laid out [B, N, H, d],
+    as scaled_dot_product_attention lays it out, so that the reshape copies nothing."""
+    b, n, h, d = 2, 70, 3, 64
+    for dtype in (torch.float16, torch.bfloat16):
+        g = torch.Generator().manual_seed(31)
+        x = torch.randn(b, n, 3 * h * d, generator=g).to(device=device, dtype=dtype)
+        grad = torch.randn(b, n, h * d, generator=g).to(device=device, dtype=dtype)
+
+        def run(copies):
+            leaf = x.clone().requires_grad_(True)
+            q, k, v = leaf.view(b, n, 3, h, d).permute(2, 0, 3, 1, 4)
+            if copies:
+                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            o = fa_stages.attention(q, k, v, causal=True)
+            o.transpose(1, 2).reshape(b, n, h * d).backward(grad)
+            return o, leaf.grad.view(b, n, 3, h, d)
+
+        o_view, g_view = run(False)
+        o_copy, g_copy = run(True)
+        what = "%s, q, k and v views of one [B, N, 3·H·d] tensor: " % str(dtype).replace("torch.", "")
+        check(torch.equal(o_view, o_copy), what + "O as from contiguous copies")
+        if fa_stages._auto_stage(dtype, torch.device(device)) == "08":
+            check(o_view.transpose(1, 2).is_contiguous(), what + "O laid out [B, N, H, d]")
+        check(torch.equal(g_view[:, :, 1:], g_copy[:, :, 1:]), what + "dK and dV as from contiguous copies")
+        dq_err = (g_view[:, :, 0].float() - g_copy[:, :, 0].float()).abs().max().item()
+        check(dq_err <= 0.01 * g_copy[:, :, 0].float().abs().max().item(),  # atomics add dQ in any order
+              what + "dQ as from contiguous copies (largest difference %.3g)" % dq_err)
+    q, k, v, _ = inputs((2, 2, 40, 64), (1, 2, 50, 64), torch.float16, device, 6, requires_grad=False)
+    want = fa_stages.attention(q, k.expand(2, -1, -1, -1).contiguous(), v.expand(2, -1, -1, -1).contiguous())
+    check(torch.equal(fa_stages.attention(q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1)), want),
+          "float16, k and v broadcast over the batch (stride 0): copied, as TMA cannot read them")
+
+
 def compiled(device):
     """Under torch.compile, attention() is one operator in the graph (no break), and the
     compiled function's O and gradients are the eager ones."""
@@ -229,6 +265,7 @@ def main():
     check_stage("05", torch.float32, device, 1, 2, 40, 90, 64, False, seed + 3, scale=8.0)
     bad_inputs(device)
     layouts(device)
+    strided_views(device)
     compiled(device)
     print("%d failed" % len(FAILURES) if FAILURES else "all passed")
     return 1 if FAILURES else 0

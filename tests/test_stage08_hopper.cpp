@@ -5,9 +5,13 @@
 // through its emulation of TMA, mbarriers and wgmma, on fewer heads (its one
 // "multiprocessor" makes every persistent block take all the tiles anyway), and a planted
 // copy of the kernel that releases a K/V slot too early must be reported there.
+#include <array>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "common/cuda_check.h"
+#include "common/device_buffer.h"
 #include "common/dtype.h"
 #include "common/problem.h"
 #include "stages/08_hopper/hopper_attention.h"
@@ -113,6 +117,52 @@ TEST_CASE("every variant of stage 08 matches the reference", "[stage08][variants
   const fa::AttentionProblem bf16 = fa::make_problem(1, 1, 8, 8, 64, 0.0, false, fa::DType::BF16);
   REQUIRE_THROWS_WITH(fa::find_variant(variants, "ring2", "08").run(bf16, {nullptr, nullptr, nullptr, nullptr}, nullptr),
                       fa::test::HasSubstring("fp16 only"));
+}
+
+// Stage 08 reading Q, K and V and writing O where the layout `name` of
+// fa::test::test_layout says, every element between them poisoned (and checked untouched).
+fa::test::StageFn strided_stage08(const std::string& name) {
+  return [name](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
+    const fa::Layout layout = fa::test::test_layout(name, p);
+    const auto q = fa::test::scatter(p, p.seq_q, t.q, layout.q);
+    const auto k = fa::test::scatter(p, p.seq_kv, t.k, layout.k);
+    const auto v = fa::test::scatter(p, p.seq_kv, t.v, layout.v);
+    fa::DeviceBuffer<uint16_t> o(static_cast<size_t>(fa::test::strided_extent(p, p.seq_q, layout.o)));
+    o.fill_bytes(fa::kPoisonByte);
+    fa::hopper::attention_strided(p, q.data(), k.data(), v.data(), o.data(), t.lse, layout);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    fa::test::gather(p, p.seq_q, o, layout.o, t.o);
+  };
+}
+
+// What the Python module hands stage 08: views of one buffer, heads side by side in each
+// row, and O written the same way; and tensors with spare elements between rows and heads.
+TEST_CASE("stage 08 reads Q, K and V where their strides say and writes O where its strides say", "[stage08]") {
+  uint64_t seed = 800;
+  for (const std::string layout : {"interleaved", "padded"}) {
+    for (fa::DType dtype : {fa::DType::F16, fa::DType::BF16}) {
+      for (int64_t d : kDims) {
+        for (auto [b, h, nq, nkv] : std::vector<std::array<int64_t, 4>>{{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}}) {
+          const fa::AttentionProblem p = fa::make_problem(b, h, nq, nkv, d, 0.0, nq == 70, dtype);
+          INFO(layout);
+          fa::test::require_passed(p, fa::test::run_and_check(p, strided_stage08(layout), ++seed, 1.0f, true));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 08 refuses strides TMA cannot follow", "[stage08]") {
+  const fa::AttentionProblem p = fa::make_problem(2, 2, 8, 8, 64, 0.0, false, fa::DType::F16);
+  fa::DeviceBuffer<uint16_t> x(static_cast<size_t>(p.q_elems()));
+  fa::Layout broadcast = fa::Layout::contiguous(p);
+  broadcast.k.batch = 0;  // every batch reads one K
+  REQUIRE_THROWS_WITH(fa::hopper::attention_strided(p, x.data(), x.data(), x.data(), x.data(), nullptr, broadcast),
+                      fa::test::HasSubstring("stride of 0"));
+  fa::Layout odd = fa::Layout::contiguous(p);
+  odd.v.row = 68;  // 136 bytes: not a whole number of 16
+  REQUIRE_THROWS_WITH(fa::hopper::attention_strided(p, x.data(), x.data(), x.data(), x.data(), nullptr, odd),
+                      fa::test::HasSubstring("v's strides (1024, 512, 68 elements) must be whole multiples of 16 bytes"));
 }
 
 TEST_CASE("stage 08 refuses fp32 and other head dims with a clear message", "[stage08]") {

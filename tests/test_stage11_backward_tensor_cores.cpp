@@ -9,6 +9,7 @@
 // of the kernel (stages/11_backward_tensor_cores/CMakeLists.txt) must fail.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -246,6 +247,40 @@ TEST_CASE("stage 11: every variant matches the reference", "[stage11][variants]"
                       fa::test::HasSubstring("d = 64 and 128 only"));
 }
 
+// Stage 11 reading Q, K, V, O and dO where the layout `name` of fa::test::test_layout says,
+// every element between them poisoned (NaN): dQ, dK and dV are written contiguous.
+Backward strided_stage11(const std::string& name) {
+  return [name](const fa::AttentionProblem& p, const fa::tc_backward::Tensors& t, void* ws) {
+    const fa::Layout layout = fa::test::test_layout(name, p);
+    const auto q = fa::test::scatter(p, p.seq_q, t.q, layout.q);
+    const auto k = fa::test::scatter(p, p.seq_kv, t.k, layout.k);
+    const auto v = fa::test::scatter(p, p.seq_kv, t.v, layout.v);
+    const auto o = fa::test::scatter(p, p.seq_q, t.o, layout.o);
+    const auto d_o = fa::test::scatter(p, p.seq_q, t.d_o, layout.d_o);
+    fa::tc_backward::attention_backward_strided(
+        p, {q.data(), k.data(), v.data(), o.data(), d_o.data(), t.lse, t.dq, t.dk, t.dv}, ws, layout);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+}
+
+// What the Python module hands stage 11: q, k and v as views of one buffer with the heads
+// side by side in each row, O and dO laid out alike; and tensors with spare elements
+// between rows and heads.
+TEST_CASE("stage 11: Q, K, V, O and dO read where their strides say", "[stage11]") {
+  uint64_t seed = 1200;
+  for (const std::string layout : {"interleaved", "padded"}) {
+    for (fa::DType t : kTypes) {
+      for (int64_t d : {64, 128}) {
+        for (auto [b, h, nq, nkv] : std::vector<std::array<int64_t, 4>>{{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}}) {
+          const fa::AttentionProblem p = problem(b, h, nq, nkv, d, nq == 70, t);
+          INFO(layout);
+          require_passed(p, run_and_check(p, ++seed, 1.0f, strided_stage11(layout)).check);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("stage 11: bad input is refused with a message", "[stage11]") {
   const fa::AttentionProblem p32 = problem(1, 1, 4, 4, 64, false, fa::DType::F32);
   REQUIRE_THROWS_WITH(fa::tc_backward::attention_backward(p32, {}, nullptr),
@@ -259,4 +294,14 @@ TEST_CASE("stage 11: bad input is refused with a message", "[stage11]") {
   const fa::AttentionProblem huge = problem(1024, 1024, 1, int64_t{1} << 18, 64, false, fa::DType::F16);
   REQUIRE_THROWS_WITH(fa::tc_backward::attention_backward(huge, {}, nullptr),
                       fa::test::HasSubstring("the grid would exceed 2^31 - 1 blocks"));
+  // Strides the 16-byte copies cannot follow, or rows further apart than its 32-bit offsets reach.
+  const fa::AttentionProblem p = problem(2, 2, 8, 8, 64, false, fa::DType::BF16);
+  fa::Layout odd = fa::Layout::contiguous(p);
+  odd.d_o.head = 12;
+  REQUIRE_THROWS_WITH(fa::tc_backward::attention_backward_strided(p, {}, nullptr, odd),
+                      fa::test::HasSubstring("d_o's strides (1024, 12, 64 elements) must be whole multiples of 16"));
+  fa::Layout far = fa::Layout::contiguous(p);
+  far.k.row = int64_t{1} << 24;
+  REQUIRE_THROWS_WITH(fa::tc_backward::attention_backward_strided(p, {}, nullptr, far),
+                      fa::test::HasSubstring("a row stride of 16777216 elements is beyond this kernel's 2^24"));
 }

@@ -31,6 +31,8 @@ FORWARD_STAGES = {
     "08": (torch.float16, torch.bfloat16),  # Hopper (TMA, wgmma), on an H100 or the CPU backend
 }
 _LSE_STAGES = {"03", "05", "06", "07", "08"}  # the stages that hand back the log-sum-exp
+_WORKSPACE_STAGES = {"01", "02", "04"}  # the forward stages that need device memory of their own
+_STRIDED_STAGES = {"08"}  # the forward stages that read strided tensors (and the backward: stage 11)
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 _i64 = ctypes.c_int64
@@ -53,18 +55,22 @@ class _Library:
         lib = ctypes.CDLL(path)
         lib.fa_stages_error.restype = ctypes.c_char_p
         lib.fa_stages_forward.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
-            ctypes.c_double, ctypes.c_int] + [_ptr] * 6 + [ctypes.c_int, _ptr]
+            ctypes.c_double, ctypes.c_int] + [_ptr] * 7 + [ctypes.c_int, _ptr]
         lib.fa_stages_forward_workspace.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
             ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_backward.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [
-            _ptr] * 10 + [ctypes.c_int, _ptr]
+            _ptr] * 11 + [ctypes.c_int, _ptr]
         lib.fa_stages_backward_workspace.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         lib.fa_stages_hopper_unavailable.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         self.lib = lib
+        self.forward, self.backward = lib.fa_stages_forward, lib.fa_stages_backward
+        self.backward_bytes = {}  # (dtype code, sizes, causal) -> the backward's workspace bytes
 
     def call(self, name, *args):
-        rc = getattr(self.lib, name)(*args)
+        self.check(getattr(self.lib, name)(*args))
+
+    def check(self, rc):
         if rc != 0:
             message = "fa_stages: " + self.lib.fa_stages_error().decode()
             raise ValueError(message) if rc == 1 else RuntimeError(message)
@@ -84,10 +90,26 @@ def _device_index(device):
     return 0 if device.type == "cpu" else (device.index if device.index is not None else torch.cuda.current_device())
 
 
+# PyTorch's current stream of a device as a number, without making a Stream object (the
+# private call that torch.compile's generated code uses; the public one where it is absent).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(device):
     if device.type == "cpu":
         return None
+    if _raw_stream is not None:
+        return _raw_stream(_device_index(device)) or None
     return torch.cuda.current_stream(device).cuda_stream or None
+
+
+def _where(t):
+    """The library, device index and stream for a call on tensor t."""
+    index = t.get_device()  # -1 on the CPU
+    if index < 0:
+        return _library(t.device), 0, None
+    lib = _libraries.get("cuda") or _library(t.device)
+    return lib, index, (_raw_stream(index) if _raw_stream is not None else _stream(t.device)) or None
 
 
 def device_name(device="cpu"):
@@ -162,32 +184,85 @@ def _ready(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
+def _strides(t):
+    """(batch, head, row) strides in elements by which a kernel that takes strides reads t
+    where it lies, or None where it cannot: the last dimension contiguous, the start and
+    every stride a whole number of 16 bytes, no stride 0 (a broadcast) and rows less than
+    2^24 elements apart. A dimension of size 1 gets the stride a contiguous tensor has."""
+    b, h, n, d = t.shape
+    sb, sh, sn, sd = t.stride()
+    if sd != 1 or t.data_ptr() % 16:
+        return None
+    unit = 16 // t.element_size()
+    sb, sh, sn = sb if b > 1 else h * n * d, sh if h > 1 else n * d, sn if n > 1 else d
+    if sb % unit or sh % unit or sn % unit or 0 in (sb, sh, sn) or sn >= 1 << 24:
+        return None
+    return sb, sh, sn
+
+
+_STRIDE_ARRAYS = {12: _i64 * 12, 15: _i64 * 15}  # the forward's and the backward's strides
+
+
+def _strided(*tensors):
+    """Each tensor as the strided kernels take it: itself where they can read it, else a
+    contiguous copy; and the strides of all, as the C interface takes them."""
+    ready, strides = [], []
+    for t in tensors:
+        st = _strides(t)
+        if st is None:
+            t = _ready(t)
+            st = _strides(t)
+        ready.append(t)
+        strides.extend(st)
+    return ready, _STRIDE_ARRAYS[len(strides)](*strides)
+
+
+def _output_like(q):
+    """O for q: laid out [B, Nq, H, d] in memory where q is (heads interleaved in each row, as
+    a linear layer's output viewed as heads gives), so that O.transpose(1, 2).reshape(B, Nq,
+    H·d) needs no copy, as with scaled_dot_product_attention; contiguous otherwise."""
+    b, h, n, d = q.shape
+    if h > 1 and n > 1 and q.stride(1) < q.stride(2):
+        return torch.empty((b, n, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
 def forward(q, k, v, causal=False, scale=None, stage="auto"):
     """O and the log-sum-exp of each row ([B, H, Nq], float32) by one stage, no autograd.
 
     Stages 01 and 02 keep no statistics: their log-sum-exp comes from stage 03's kernel on
     the same inputs. Stage 04's is m + log(l) from the m and l it keeps in device memory.
     """
-    stage = _check(q, k, v, causal, scale, stage)
-    q, k, v = _ready(q), _ready(k), _ready(v)
-    lib = _library(q.device)
+    return _forward(q, k, v, causal, scale, _check(q, k, v, causal, scale, stage))
+
+
+def _forward(q, k, v, causal, scale, stage):
+    """forward() on checked input."""
+    lib, index, stream = _where(q)
     b, h, nq, d = q.shape
     nkv = k.shape[2]
     code = _DTYPE_CODES[q.dtype]
     sizes = (b, h, nq, nkv, d)
-    bytes_ = _i64(0)
-    lib.call("fa_stages_forward_workspace", stage.encode(), code, *sizes, int(causal), ctypes.byref(bytes_))
-    workspace = torch.empty(max(bytes_.value, 16), dtype=torch.uint8, device=q.device)
-    o = torch.empty_like(q)
+    workspace = None
+    if stage in _WORKSPACE_STAGES:
+        bytes_ = _i64(0)
+        lib.call("fa_stages_forward_workspace", stage.encode(), code, *sizes, int(causal), ctypes.byref(bytes_))
+        workspace = torch.empty(max(bytes_.value, 16), dtype=torch.uint8, device=q.device)
+    if stage in _STRIDED_STAGES:  # read where they lie
+        o = _output_like(q)
+        (q, k, v, o), strides = _strided(q, k, v, o)
+    else:
+        q, k, v = _ready(q), _ready(k), _ready(v)
+        o, strides = torch.empty_like(q), None
     lse = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
-    lib.call("fa_stages_forward", stage.encode(), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(),
-             k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), workspace.data_ptr(),
-             _device_index(q.device), _stream(q.device))
+    lib.check(lib.forward(stage.encode(), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(),
+                          v.data_ptr(), o.data_ptr(), lse.data_ptr(), strides,
+                          workspace.data_ptr() if workspace is not None else None, index, stream))
     if stage == "04":
         stats = workspace[: 2 * b * h * nq * 4].view(torch.float32)
         lse = (stats[: b * h * nq] + torch.log(stats[b * h * nq:])).view(b, h, nq)
     elif stage not in _LSE_STAGES:
-        _, lse = forward(q.float(), k.float(), v.float(), causal, scale, "03")
+        _, lse = _forward(q.float(), k.float(), v.float(), causal, scale, "03")
     return o, lse
 
 
@@ -195,20 +270,30 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None):
     """dQ, dK and dV in q's dtype: stage 10 for float32 (CUDA cores), stage 11 for float16
     and bfloat16 (tensor cores). o and grad_o are taken in q's dtype, lse in float32."""
     dtype = q.dtype
-    q, k, v, o, grad_o = (_ready(t.to(dtype)) for t in (q, k, v, o, grad_o))
-    lse = _ready(lse.float())
-    lib = _library(q.device)
+    if any(t.dtype != dtype for t in (k, v, o, grad_o)):
+        k, v, o, grad_o = (t.to(dtype) for t in (k, v, o, grad_o))
+    if lse.dtype != torch.float32 or not lse.is_contiguous() or lse.data_ptr() % 16:
+        lse = _ready(lse.float())
+    lib, index, stream = _where(q)
     b, h, nq, d = q.shape
     nkv = k.shape[2]
     sizes = (b, h, nq, nkv, d)
     code = _DTYPE_CODES[dtype]
-    bytes_ = _i64(0)
-    lib.call("fa_stages_backward_workspace", code, *sizes, int(causal), ctypes.byref(bytes_))
-    workspace = torch.empty(max(bytes_.value, 16), dtype=torch.uint8, device=q.device)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    lib.call("fa_stages_backward", code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(),
-             v.data_ptr(), o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-             dv.data_ptr(), workspace.data_ptr(), _device_index(q.device), _stream(q.device))
+    key = (code, sizes, causal)
+    if key not in lib.backward_bytes:
+        bytes_ = _i64(0)
+        lib.call("fa_stages_backward_workspace", code, *sizes, int(causal), ctypes.byref(bytes_))
+        lib.backward_bytes[key] = max(bytes_.value, 16)
+    workspace = torch.empty(lib.backward_bytes[key], dtype=torch.uint8, device=q.device)
+    if dtype == torch.float32:  # stage 10 reads contiguous tensors
+        q, k, v, o, grad_o = (_ready(t) for t in (q, k, v, o, grad_o))
+        strides = None
+    else:  # stage 11 reads them where they lie
+        (q, k, v, o, grad_o), strides = _strided(q, k, v, o, grad_o)
+    dq, dk, dv = (torch.empty(t.shape, dtype=dtype, device=q.device) for t in (q, k, v))
+    lib.check(lib.backward(code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                           o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                           dv.data_ptr(), strides, workspace.data_ptr(), index, stream))
     return dq, dk, dv
 
 
@@ -218,7 +303,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, stage):
-        o, lse = forward(q, k, v, causal, scale, stage)
+        o, lse = _forward(q, k, v, causal, scale, stage)  # attention() has checked the input
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.scale = causal, scale
         return o
@@ -250,8 +335,9 @@ if CUSTOM_OPS:
         return forward(q, k, v, causal, scale or None, stage)
 
     @_forward_op.register_fake
-    def _(q, k, v, causal, scale, stage):
-        return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+    def _(q, k, v, causal, scale, stage):  # O laid out as _forward lays it out
+        o = _output_like(q) if stage in _STRIDED_STAGES else torch.empty_like(q, memory_format=torch.contiguous_format)
+        return o, q.new_empty(q.shape[:3], dtype=torch.float32)
 
     @torch.library.custom_op("fa_stages::backward", mutates_args=())
     def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
@@ -260,8 +346,8 @@ if CUSTOM_OPS:
         return backward(q, k, v, o, lse, grad_o, causal, scale or None)
 
     @_backward_op.register_fake
-    def _(q, k, v, o, lse, grad_o, causal, scale):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    def _(q, k, v, o, lse, grad_o, causal, scale):  # contiguous, as backward() writes them
+        return tuple(t.new_empty(t.shape) for t in (q, k, v))
 
     def _setup_context(ctx, inputs, output):
         q, k, v, causal, scale, _ = inputs
@@ -270,7 +356,7 @@ if CUSTOM_OPS:
 
     def _backward_of_forward(ctx, grad_o, _grad_lse):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_op(q, k, v, o, lse, grad_o.contiguous(), ctx.causal, ctx.scale)
+        dq, dk, dv = _backward_op(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None
 
     _forward_op.register_autograd(_backward_of_forward, setup_context=_setup_context)

@@ -140,6 +140,22 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
 #endif
 }
 
+/// Copies the box at coordinates (c0, c1, c2, c3) of the 4-D tensor `map` to `dst`, its
+/// bytes counted on `bar`: the stage's Q, K and V as [B][H][N][D], each with its own strides.
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3) {
+#ifdef FA_CPU_KERNEL
+  const int coords[4] = {c0, c1, c2, c3};
+  ::fa_cpu::tma_load(dst, map, bar, coords, 4);
+#else
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#endif
+}
+
 // ---- named barriers --------------------------------------------------------------------
 
 /// Waits at hardware barrier `id` (1-15; 0 is __syncthreads) until `threads` threads have

@@ -117,6 +117,7 @@ struct Smem {
 struct TileOrder {
   int q_tiles;   ///< Q tiles of one head
   int heads;     ///< B·H
+  int h;         ///< H, heads a batch: head bh is head bh % h of batch bh / h
   bool persistent;  ///< one block a multiprocessor, taking every gridDim.x-th tile or pair
   bool causal;   ///< the causal mask (top-left aligned)
   /// Whether numbers come in pairs as above: causal and persistent.
@@ -152,13 +153,14 @@ struct TileOrder {
  * the grid has one block a multiprocessor, and block b takes tiles b, b + gridDim.x, b + 2·gridDim.x,
  * ... (pairs of tiles, under the causal mask) of the TileOrder: the producer copies the next
  * tile's Q and K/V while the consumers still finish and write the last one. Without it, a
- * block for each tile. The tensor maps describe Q, K and V as [B·H][N][D].
+ * block for each tile. The tensor maps describe Q, K and V as [B][H][N][D], each with its
+ * own strides (a PyTorch view is read where it lies); O is written through `o_strides`.
  */
 template <typename T, int D, class S>
 __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     hopper_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                  const __grid_constant__ CUtensorMap tv, T* O, float* lse, int seq_q, int seq_kv, float scale_log2,
-                  TileOrder order) {
+                  const __grid_constant__ CUtensorMap tv, T* O, Strides o_strides, float* lse, int seq_q, int seq_kv,
+                  float scale_log2, TileOrder order) {
   using L = Smem<D, S>;
   using Sh = Shape<D, S>;
   constexpr int C = Sh::C, BR = Sh::BR, STAGES = Sh::STAGES;
@@ -213,7 +215,8 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         tile_number[b] = t;  // published by the arrive below
         mbarrier_arrive_expect_tx(&q_full[b], L::Q_BYTES);
         for (int c = 0; c < D / BOX; ++c) {
-          tma_load_3d(smem + L::q + b * L::Q_BYTES + c * BR * 128, &tq, &q_full[b], c * BOX, qt * BR, bh);
+          tma_load_4d(smem + L::q + b * L::Q_BYTES + c * BR * 128, &tq, &q_full[b], c * BOX, qt * BR, bh % order.h,
+                      bh / order.h);
         }
         const int n_tiles = tiles_for(qt);
         for (int j = 0; j < n_tiles; ++j, ++it) {
@@ -224,10 +227,12 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
           // end exercise 08-parity
           mbarrier_arrive_expect_tx(&k_full[s], L::KV_BYTES);
           for (int c = 0; c < D / BOX; ++c)
-            tma_load_3d(smem + L::k + s * L::KV_BYTES + c * Bc * 128, &tk, &k_full[s], c * BOX, j * Bc, bh);
+            tma_load_4d(smem + L::k + s * L::KV_BYTES + c * Bc * 128, &tk, &k_full[s], c * BOX, j * Bc, bh % order.h,
+                        bh / order.h);
           mbarrier_arrive_expect_tx(&v_full[s], L::KV_BYTES);
           for (int c = 0; c < D / BOX; ++c)
-            tma_load_3d(smem + L::v + s * L::KV_BYTES + c * Bc * 128, &tv, &v_full[s], c * BOX, j * Bc, bh);
+            tma_load_4d(smem + L::v + s * L::KV_BYTES + c * Bc * 128, &tv, &v_full[s], c * BOX, j * Bc, bh % order.h,
+                        bh / order.h);
         }
         t = order.next(t, gridDim.x);
       }
@@ -457,7 +462,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         const int row = row0 + 8 * r;
         if (row >= seq_q) continue;
         const float inv = 1.0f / l[r];
-        T* o_row = O + (static_cast<int64_t>(bh) * seq_q + row) * D;
+        T* o_row = O + o_strides.head_offset(bh, order.h) + row * o_strides.row;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
           *reinterpret_cast<uint32_t*>(o_row + 8 * n8 + 2 * t) =
@@ -473,18 +478,27 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
 
 namespace {
 
-/// The tensor map of a [B·H, N, D] tensor of 16-bit values, read in boxes of `rows` × 64
-/// with 128-byte swizzling; rows past N read as zeros.
+/// The tensor map of a [B, H, N, D] tensor of 16-bit values with strides `s`, read in
+/// boxes of `rows` × 64 with 128-byte swizzling; rows past N read as zeros.
 template <typename T>
-CUtensorMap tensor_map(const void* base, int64_t heads, int64_t n, int d, int rows) {
+CUtensorMap tensor_map(const void* base, const AttentionProblem& p, int64_t n, Strides s, int rows) {
+  // A stride along a dimension of size 1 is never followed: give it a value TMA takes.
+  if (n == 1) s.row = p.dim;
+  if (p.heads == 1) s.head = n * p.dim;
+  if (p.batch == 1) s.batch = p.heads * n * p.dim;
+  if (s.row == 0 || s.head == 0 || s.batch == 0) {
+    throw InputError("stage 08: a stride of 0 (a broadcast tensor) cannot be read by TMA; copy the tensor");
+  }
   CUtensorMap map;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(heads)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(d) * 2, static_cast<cuuint64_t>(n * d) * 2};  // bytes
-  const cuuint32_t box[3] = {BOX, static_cast<cuuint32_t>(rows), 1};
-  const cuuint32_t step[3] = {1, 1, 1};
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.dim), static_cast<cuuint64_t>(n),
+                              static_cast<cuuint64_t>(p.heads), static_cast<cuuint64_t>(p.batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.row) * 2, static_cast<cuuint64_t>(s.head) * 2,
+                                 static_cast<cuuint64_t>(s.batch) * 2};  // bytes
+  const cuuint32_t box[4] = {BOX, static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint32_t step[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type =
       std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult rc = tensor_map_encoder()(&map, type, 3, const_cast<void*>(base), dims, strides, box, step,
+  const CUresult rc = tensor_map_encoder()(&map, type, 4, const_cast<void*>(base), dims, strides, box, step,
                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
@@ -502,13 +516,15 @@ bool persistent_as(const AttentionProblem& p) {
 }
 
 template <typename T, int D, class S>
-void launch(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
+void launch(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
+            const Layout& layout) {
   constexpr int BR = Shape<D, S>::BR;
   if (p.seq_q > 2147483647 - BR || p.seq_kv > 2147483647 - Bc) throw InputError("stage 08: sequences too long");
+  require_copyable(p, layout, "stage 08");
   const int64_t bh = p.batch_heads();
-  const CUtensorMap tq = tensor_map<T>(Q, bh, p.seq_q, D, BR);
-  const CUtensorMap tk = tensor_map<T>(K, bh, p.seq_kv, D, Bc);
-  const CUtensorMap tv = tensor_map<T>(V, bh, p.seq_kv, D, Bc);
+  const CUtensorMap tq = tensor_map<T>(Q, p, p.seq_q, layout.q, BR);
+  const CUtensorMap tk = tensor_map<T>(K, p, p.seq_kv, layout.k, Bc);
+  const CUtensorMap tv = tensor_map<T>(V, p, p.seq_kv, layout.v, Bc);
   const int smem = Smem<D, S>::bytes;
   FA_CUDA_CHECK(cudaFuncSetAttribute(hopper_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 
@@ -518,6 +534,7 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   TileOrder order{};
   order.q_tiles = static_cast<int>((p.seq_q + BR - 1) / BR);
   order.heads = static_cast<int>(bh);
+  order.h = static_cast<int>(p.heads);
   order.causal = p.causal;
   order.persistent = persistent_as<S>(p);
   int device = 0, sms = 0;
@@ -525,9 +542,9 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const unsigned units = order.paired() ? static_cast<unsigned>(bh * order.pairs()) : tiles;
   const unsigned blocks = order.persistent ? std::min(units, static_cast<unsigned>(sms)) : tiles;
-  hopper_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem>>>(tq, tk, tv, static_cast<T*>(O), lse,
-                                                                 static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
-                                                                 static_cast<float>(p.scale) * LOG2E, order);
+  hopper_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem>>>(
+      tq, tk, tv, static_cast<T*>(O), layout.o, lse, static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
+      static_cast<float>(p.scale) * LOG2E, order);
   FA_CHECK_LAUNCH("hopper_kernel");
 }
 
@@ -546,7 +563,7 @@ template <class S>
 void run_variant(const AttentionProblem& p, const DeviceTensors& t, void*) {
   if (p.dtype != DType::F16) throw InputError(std::string("stage 08's variant ") + S::name + " runs fp16 only");
   require_runnable(p);
-  (p.dim == 64 ? launch<__half, 64, S> : launch<__half, 128, S>)(p, t.q, t.k, t.v, t.o, t.lse);
+  (p.dim == 64 ? launch<__half, 64, S> : launch<__half, 128, S>)(p, t.q, t.k, t.v, t.o, t.lse, Layout::contiguous(p));
 }
 
 }  // namespace
@@ -582,12 +599,17 @@ bool persistent(const AttentionProblem& p) { return persistent_as<Tuned>(p); }
 
 double hbm_bytes_model(const AttentionProblem& p) { return q_outer_hbm_bytes(p, block_rows(p.dim)); }
 
-void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
+void attention_strided(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
+                       const Layout& layout) {
   tc::with_mma_type(p.dtype, "stage 08", [&](auto type) {
     using T = decltype(type);
     require_runnable(p);
-    (p.dim == 64 ? launch<T, 64, Tuned> : launch<T, 128, Tuned>)(p, Q, K, V, O, lse);
+    (p.dim == 64 ? launch<T, 64, Tuned> : launch<T, 128, Tuned>)(p, Q, K, V, O, lse, layout);
   });
+}
+
+void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse) {
+  attention_strided(p, Q, K, V, O, lse, Layout::contiguous(p));
 }
 
 // The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage08.sh (a

@@ -54,6 +54,17 @@ std::size_t shared_bytes(int64_t d);
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O,
                float* lse = nullptr);
 
+/**
+ * attention() on tensors that lie where `layout` says (the last dimension contiguous, every
+ * stride a multiple of 16 bytes and, along a dimension longer than 1, not 0): TMA reads
+ * Q, K and V through their strides and O is written through its own, so a view such as
+ * PyTorch's `qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)` needs no copy. lse stays
+ * contiguous [B, H, Nq]. O's strides must not make two of its elements one.
+ * \throws InputError for strides TMA cannot follow, and as attention() above.
+ */
+void attention_strided(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
+                       const Layout& layout);
+
 /// HBM bytes this kernel moves according to the IO model: Q and O once, K and V once per
 /// Q tile of block_rows(d) rows.
 double hbm_bytes_model(const AttentionProblem& p);

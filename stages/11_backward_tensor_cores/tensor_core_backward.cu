@@ -131,15 +131,16 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 /// The value of a 16-bit element as a float.
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-/// Starts copying ROWS rows of D 16-bit elements into a swizzled tile, 16 bytes a cp.async;
-/// rows at or past `valid` are zero-filled by the copy (valid >= 1).
+/// Starts copying ROWS rows of D 16-bit elements, `row_stride` elements apart in global
+/// memory, into a swizzled tile, 16 bytes a cp.async; rows at or past `valid` are
+/// zero-filled by the copy (valid >= 1).
 template <typename T, int D, int ROWS, int THREADS>
-__device__ __forceinline__ void copy_tile(T* tile, const T* src, int valid) {
+__device__ __forceinline__ void copy_tile(T* tile, const T* src, int row_stride, int valid) {
   constexpr int CHUNKS = D / 8;  // 16-byte chunks a row
   for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += THREADS) {
     const int r = idx / CHUNKS, c = idx % CHUNKS;
     const bool inside = r < valid;
-    cp_async_16(tile + swizzle<D>(r, c), src + (inside ? r * D + 8 * c : 0), inside);
+    cp_async_16(tile + swizzle<D>(r, c), src + (inside ? r * row_stride + 8 * c : 0), inside);
   }
 }
 
@@ -147,8 +148,9 @@ __device__ __forceinline__ void copy_tile(T* tile, const T* src, int valid) {
 /// lse_i·log2(e) for the main kernel's copies, +inf and 0 for the padding rows past Nq (so
 /// that P = 2^(s − inf) = 0 there); and dQ's accumulator zeroed.
 template <typename T, int D>
-__global__ void __launch_bounds__(256) prepare_kernel(const T* O, const T* dO, const float* lse, float* lse2,
-                                                      float* Dvec, float* dQacc, int64_t seq_q, int64_t seq_q_pad,
+__global__ void __launch_bounds__(256) prepare_kernel(const T* O, const T* dO, Strides o_strides, Strides do_strides,
+                                                      int64_t heads, const float* lse, float* lse2, float* Dvec,
+                                                      float* dQacc, int64_t seq_q, int64_t seq_q_pad,
                                                       int64_t padded_rows) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
@@ -159,9 +161,11 @@ __global__ void __launch_bounds__(256) prepare_kernel(const T* O, const T* dO, c
     return;
   }
   const int64_t src = bh * seq_q + i;
+  const T* o_row = O + o_strides.head_offset(bh, heads) + i * o_strides.row;
+  const T* do_row = dO + do_strides.head_offset(bh, heads) + i * do_strides.row;
   float sum = 0.0f;
   for (int c = lane; c < D; c += 32) {
-    sum += to_float(dO[src * D + c]) * to_float(O[src * D + c]);
+    sum += to_float(do_row[c]) * to_float(o_row[c]);
     dQacc[src * D + c] = 0.0f;
   }
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -171,9 +175,9 @@ __global__ void __launch_bounds__(256) prepare_kernel(const T* O, const T* dO, c
 /// Kernel 2: one block per (K/V tile, batch·head), flattened into blockIdx.x; Q tiles inner.
 template <typename T, int D, class S>
 __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCKS)
-    dkdv_kernel(const T* Q, const T* K, const T* V, const T* dO, const float* lse2, const float* Dvec, float* dQacc,
-                T* dK, T* dV, int64_t seq_q, int64_t seq_kv, int64_t seq_q_pad, float scale, float scale_log2,
-                bool causal) {
+    dkdv_kernel(const T* Q, const T* K, const T* V, const T* dO, Layout layout, int64_t heads, const float* lse2,
+                const float* Dvec, float* dQacc, T* dK, T* dV, int64_t seq_q, int64_t seq_kv, int64_t seq_q_pad,
+                float scale, float scale_log2, bool causal) {
   using C = Config<D, S>;
   constexpr int Bc = C::Bc, THREADS = C::THREADS;
   extern __shared__ uint4 smem[];  // 16-byte aligned, as cp.async and ldmatrix need
@@ -192,8 +196,9 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   const int64_t bh = blockIdx.x / kv_tiles;
   const int64_t j0 = (blockIdx.x % kv_tiles) * Bc;
   const int kv_valid = static_cast<int>(seq_kv - j0 < Bc ? seq_kv - j0 : Bc);
-  const T* Qh = Q + bh * seq_q * D;
-  const T* dOh = dO + bh * seq_q * D;
+  const T* Qh = Q + layout.q.head_offset(bh, heads);
+  const T* dOh = dO + layout.d_o.head_offset(bh, heads);
+  const int q_row = static_cast<int>(layout.q.row), do_row = static_cast<int>(layout.d_o.row);  // < 2^24 (launch)
   const float* lse_h = lse2 + bh * seq_q_pad;
   const float* D_h = Dvec + bh * seq_q_pad;
   float* dQh = dQacc + bh * seq_q * D;
@@ -201,8 +206,8 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   // Starts copying Q tile i0 (Q_i, dO_i, and lse_i, D_i from the padded workspace) into buffer b.
   const auto copy_q_tile = [&](int64_t i0, int b) {
     const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
-    copy_tile<T, D, Br, THREADS>(Qbuf + b * Br * D, Qh + i0 * D, q_valid);
-    copy_tile<T, D, Br, THREADS>(dObuf + b * Br * D, dOh + i0 * D, q_valid);
+    copy_tile<T, D, Br, THREADS>(Qbuf + b * Br * D, Qh + i0 * q_row, q_row, q_valid);
+    copy_tile<T, D, Br, THREADS>(dObuf + b * Br * D, dOh + i0 * do_row, do_row, q_valid);
     for (int c = threadIdx.x; c < 2 * (Br / 4); c += THREADS) {  // 4 floats a copy
       const bool is_lse = c < Br / 4;
       const int k = 4 * (is_lse ? c : c - Br / 4);
@@ -210,8 +215,10 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     }
   };
 
-  copy_tile<T, D, Bc, THREADS>(Ks, K + (bh * seq_kv + j0) * D, kv_valid);
-  copy_tile<T, D, Bc, THREADS>(Vs, V + (bh * seq_kv + j0) * D, kv_valid);
+  copy_tile<T, D, Bc, THREADS>(Ks, K + layout.k.head_offset(bh, heads) + j0 * layout.k.row,
+                               static_cast<int>(layout.k.row), kv_valid);
+  copy_tile<T, D, Bc, THREADS>(Vs, V + layout.v.head_offset(bh, heads) + j0 * layout.v.row,
+                               static_cast<int>(layout.v.row), kv_valid);
   // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
   // that holds query j0, the first that sees a key of this tile.
   const int64_t i_start = causal ? (j0 / Br) * Br : 0;
@@ -468,8 +475,14 @@ Workspace split_workspace(const AttentionProblem& p, void* workspace) {
 }
 
 template <typename T, int D, class S>
-void launch(const AttentionProblem& p, const Tensors& t, void* workspace) {
+void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
   using C = Config<D, S>;
+  require_copyable(p, layout, "stage 11");
+  for (const Strides* s : {&layout.q, &layout.k, &layout.v, &layout.d_o}) {  // dkdv_kernel's 32-bit row offsets
+    if (s->row >= (int64_t{1} << 24)) {
+      throw InputError("stage 11: a row stride of " + std::to_string(s->row) + " elements is beyond this kernel's 2^24");
+    }
+  }
   const Workspace ws = split_workspace(p, workspace);
   const int64_t seq_q_pad = padded_seq_q(p);
   const int64_t padded_rows = p.batch_heads() * seq_q_pad;
@@ -479,8 +492,8 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace) {
     throw InputError("stage 11: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
   }
   prepare_kernel<T, D><<<static_cast<unsigned>(prep_blocks), 256>>>(
-      static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), t.lse, ws.lse2, ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad,
-      padded_rows);
+      static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), layout.o, layout.d_o, p.heads, t.lse, ws.lse2, ws.Dvec,
+      ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
   FA_CHECK_LAUNCH("prepare_kernel");
 
   const std::size_t smem = C::SMEM_BYTES;
@@ -488,8 +501,8 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace) {
                                      static_cast<int>(smem)));
   dkdv_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), C::THREADS, smem>>>(
       static_cast<const T*>(t.q), static_cast<const T*>(t.k), static_cast<const T*>(t.v),
-      static_cast<const T*>(t.d_o), ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv), p.seq_q,
-      p.seq_kv, seq_q_pad, p.scale, p.scale * LOG2E, p.causal);
+      static_cast<const T*>(t.d_o), layout, p.heads, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk),
+      static_cast<T*>(t.dv), p.seq_q, p.seq_kv, seq_q_pad, p.scale, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("dkdv_kernel");
 
   const int64_t pairs = p.q_elems() / 2;
@@ -507,7 +520,8 @@ void run_variant(const AttentionProblem& p, const BackwardTensors& t, void* work
   }
   const Tensors tensors{t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv};
   tc::with_mma_type(p.dtype, "stage 11", [&](auto type) {
-    (p.dim == 64 ? launch<decltype(type), 64, S> : launch<decltype(type), 128, S>)(p, tensors, workspace);
+    (p.dim == 64 ? launch<decltype(type), 64, S> : launch<decltype(type), 128, S>)(p, tensors, workspace,
+                                                                                  Layout::contiguous(p));
   });
 }
 
@@ -539,11 +553,23 @@ double hbm_bytes_model(const AttentionProblem& p) {
 
 double flops(const AttentionProblem& p) { return 2.5 * p.flops(); }
 
-void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace) {
+namespace {
+
+void run_tuned(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
   with_head_dim(p.dim, [&](auto D) {
     tc::with_mma_type(p.dtype, "stage 11",
-                      [&](auto type) { launch<decltype(type), decltype(D)::value, Tuned>(p, t, workspace); });
+                      [&](auto type) { launch<decltype(type), decltype(D)::value, Tuned>(p, t, workspace, layout); });
   });
+}
+
+}  // namespace
+
+void attention_backward_strided(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
+  run_tuned(p, t, workspace, layout);
+}
+
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace) {
+  run_tuned(p, t, workspace, Layout::contiguous(p));
 }
 
 // The variants of tuning.h, for --variant, the tests and benchmarks/tune_stage11.sh (a

@@ -51,6 +51,14 @@ struct Tensors {
  */
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
 
+/**
+ * attention_backward() with Q, K, V, O and dO where `layout` says (the last dimension contiguous, each
+ * stride a multiple of 16 bytes): a PyTorch view such as `qkv.view(B, N, 3, H, d).permute(2,
+ * 0, 3, 1, 4)` is read where it lies. dQ, dK and dV are written contiguous [B, H, N, d].
+ * \throws InputError for strides the 16-byte copies cannot follow, and as above.
+ */
+void attention_backward_strided(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout);
+
 /// HBM bytes one backward pass moves according to the IO model (see the README).
 double hbm_bytes_model(const AttentionProblem& p);
 
