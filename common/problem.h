@@ -4,8 +4,9 @@
  *
  * O = softmax(scale · Q·Kᵀ [+ causal mask]) · V, batched over B·H heads.
  * Q is [B, H, Nq, d]; K and V are [B, H, Nkv, d]; O is [B, H, Nq, d].
- * All tensors are contiguous and row-major, of the problem's element type (fp32 for
- * stages 01-05; fp16 or bf16 from stage 06 on). The log-sum-exp is always fp32.
+ * Tensors are contiguous and row-major unless a fa::Layout says otherwise (stages 08 and
+ * 11 take one), of the problem's element type (fp32 for stages 01-05; fp16 or bf16 from
+ * stage 06 on). The log-sum-exp is always fp32.
  */
 #pragma once
 
@@ -97,7 +98,11 @@ struct Strides {
 
 /// The strides of each tensor of one pass: Q, K, V and O, and dO for a backward pass.
 struct Layout {
-  Strides q, k, v, o, d_o;
+  Strides q;    ///< Q's strides, [B, H, Nq, d]
+  Strides k;    ///< K's strides, [B, H, Nkv, d]
+  Strides v;    ///< V's strides, [B, H, Nkv, d]
+  Strides o;    ///< O's strides, [B, H, Nq, d]
+  Strides d_o;  ///< dO's strides, [B, H, Nq, d] (a backward pass only)
   /// Every tensor contiguous [B, H, N, d], as AttentionProblem describes them.
   static Layout contiguous(const AttentionProblem& p) {
     const Strides q_like = Strides::contiguous(p.heads, p.seq_q, p.dim);
