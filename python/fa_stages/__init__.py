@@ -95,21 +95,14 @@ def _device_index(device):
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _stream(device):
-    if device.type == "cpu":
-        return None
-    if _raw_stream is not None:
-        return _raw_stream(_device_index(device)) or None
-    return torch.cuda.current_stream(device).cuda_stream or None
-
-
 def _where(t):
     """The library, device index and stream for a call on tensor t."""
     index = t.get_device()  # -1 on the CPU
     if index < 0:
         return _library(t.device), 0, None
     lib = _libraries.get("cuda") or _library(t.device)
-    return lib, index, (_raw_stream(index) if _raw_stream is not None else _stream(t.device)) or None
+    stream = _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(t.device).cuda_stream
+    return lib, index, stream or None
 
 
 def device_name(device="cpu"):
