@@ -170,6 +170,12 @@ function(fa_add_planted_copy id)
     add_library(fa_stage${id}_${ARG_AS}_cuda STATIC ${planted})
     target_link_libraries(fa_stage${id}_${ARG_AS}_cuda PUBLIC fa_runtime_cuda)
     target_compile_options(fa_stage${id}_${ARG_AS}_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+    get_target_property(archs fa_stage${id}_cuda CUDA_ARCHITECTURES)
+    if(archs STREQUAL "OFF")  # a HOPPER_ONLY stage: built for sm_90a as the stage is
+      set_target_properties(fa_stage${id}_${ARG_AS}_cuda PROPERTIES CUDA_ARCHITECTURES OFF)
+      target_compile_options(fa_stage${id}_${ARG_AS}_cuda PRIVATE
+        $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a>)
+    endif()
     target_link_libraries(test_stage${id}_cuda PRIVATE fa_stage${id}_${ARG_AS}_cuda)
   endif()
 endfunction()

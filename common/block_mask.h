@@ -1,6 +1,7 @@
 /**
  * \file block_mask.h
- * \brief Block-sparse attention: which (query block, key block) pairs are computed.
+ * \brief Masks of the score matrix: block-sparse attention (which query block and key block
+ *        pairs are computed), and with it sliding windows and packed documents (Mask).
  *
  * A block mask splits the Nq×Nkv score matrix of every head into blocks of `block_q` query
  * rows by `block_kv` keys (the last ones cut short by Nq and Nkv) and keeps or drops each
@@ -12,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/problem.h"
@@ -39,5 +42,60 @@ BlockMask full_block_mask(const AttentionProblem& p, int64_t block_q, int64_t bl
 /// for the same seed everywhere.
 BlockMask random_block_mask(const AttentionProblem& p, int64_t block_q, int64_t block_kv, double density,
                             uint64_t seed);
+
+/// The keys a query row sees besides any block mask: first to last, inclusive (none when
+/// first > last).
+struct KeyRange {
+  int64_t first = 0;  ///< the first key the row sees
+  int64_t last = -1;  ///< the last key the row sees
+  bool empty() const { return first > last; }  ///< whether the row sees no key
+};
+
+/**
+ * Everything that hides scores, together: query row i sees key j when all of these allow it:
+ * - the causal mask (the problem's `causal`, top-left: j ≤ i);
+ * - a sliding window: i − window_left ≤ j ≤ i + window_right (each −1: no bound on that side;
+ *   window_right = 0 is the causal mask);
+ * - packed documents: sequences of doc_lengths[0], doc_lengths[1], ... rows laid end to end in
+ *   one of Nq = Nkv rows, as FlashAttention's variable-length interface packs them; a row sees
+ *   the keys of its own document only;
+ * - a block mask (`blocks`), dropping blocks whole.
+ * The first three leave each row one range of keys (key_ranges()). A row that sees no key
+ * has O = 0 and log-sum-exp −inf. One mask serves every batch entry and head.
+ */
+struct Mask {
+  std::optional<BlockMask> blocks;    ///< blocks dropped whole (none: all kept)
+  int64_t window_left = -1;           ///< keys at most this far before the row (−1: any)
+  int64_t window_right = -1;          ///< keys at most this far after the row (−1: any)
+  std::vector<int64_t> doc_lengths;   ///< packed documents' lengths, in order (empty: one)
+
+  /// \throws InputError if the mask does not fit p: a block mask for other lengths, windows
+  /// below −1, documents of no rows or not summing to Nq = Nkv.
+  void check(const AttentionProblem& p) const;
+  /// The keys each of p's query rows sees under p.causal, the window and the documents (the
+  /// block mask aside); Nq ranges.
+  std::vector<KeyRange> key_ranges(const AttentionProblem& p) const;
+  /// Whether the mask hides nothing beyond p.causal.
+  bool none() const { return !blocks && window_left < 0 && window_right < 0 && doc_lengths.empty(); }
+  /// Whether the mask is a block mask and nothing else.
+  bool only_blocks() const { return blocks && window_left < 0 && window_right < 0 && doc_lengths.empty(); }
+  /// The share of 4·B·H·Nq·Nkv·d FLOPs the mask leaves: a block mask alone, the fraction of
+  /// blocks kept (the causal mask is not subtracted, as in AttentionProblem::flops()); any
+  /// other mask, the fraction of scores some row sees (causal mask included).
+  double work_fraction(const AttentionProblem& p) const;
+  /// The mask in a few words ("window 256 left, 4 documents, block mask 0.50").
+  std::string describe() const;
+};
+
+/// A mask with nothing but the block mask `blocks`.
+inline Mask block_sparse(BlockMask blocks) {
+  Mask m;
+  m.blocks = std::move(blocks);
+  return m;
+}
+
+/// `count` document lengths summing to n, between 1 and n, drawn from `seed` (the same
+/// everywhere): some long, some short, some of a single row.
+std::vector<int64_t> random_doc_lengths(int64_t n, int64_t count, uint64_t seed);
 
 }  // namespace fa

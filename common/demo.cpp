@@ -88,11 +88,18 @@ class ForwardDemo final : public Demo {
   }
 
   void add_flags(ArgParser& parser) override {
-    if (!finished_.block_sparse) return;
-    const StageDemo::BlockSparse& bs = *finished_.block_sparse;
+    if (finished_.masked) {
+      parser.add_int("window-left", &window_left_, "sliding window: row i sees no key before i - this", 0);
+      parser.add_int("window-right", &window_right_, "sliding window: row i sees no key after i + this", 0);
+      parser.add_int("docs", &docs_,
+                     "packed documents: this many sequences of random lengths (from --seed) laid end to end in "
+                     "one of N rows; a row sees its own document only (needs --seq-q = --seq-kv)");
+    }
+    if (!finished_.block_sparse && !finished_.masked) return;
+    const int64_t bq = finished_.masked ? finished_.masked->block_q : finished_.block_sparse->block_q;
+    const int64_t bkv = finished_.masked ? finished_.masked->block_kv : finished_.block_sparse->block_kv;
     parser.add_real("block-density", &density_,
-                    "block-sparse attention: keep each " + std::to_string(bs.block_q) + "x" +
-                        std::to_string(bs.block_kv) +
+                    "block-sparse attention: keep each " + std::to_string(bq) + "x" + std::to_string(bkv) +
                         " block of the scores with this probability (a random mask from --seed); 1: dense",
                     0.0, 1.0);
   }
@@ -111,8 +118,10 @@ class ForwardDemo final : public Demo {
     }
     if (opt.causal && !stage_.supports_causal) throw InputError("stage " + stage_.id + " does not support --causal yet");
     sparse_ = parser.given("block-density");
-    if (sparse_ && (opt.compare || !opt.variant.empty())) {
-      throw UsageError("--block-density runs the stage's own kernel alone: not with --compare or --variant");
+    masked_ = sparse_ || parser.given("window-left") || parser.given("window-right") || parser.given("docs");
+    if (masked_ && (opt.compare || !opt.variant.empty())) {
+      throw UsageError("a mask (--block-density, --window-left, --window-right, --docs) runs the stage's own kernel "
+                       "alone: not with --compare or --variant");
     }
     return std::nullopt;
   }
@@ -151,10 +160,22 @@ class ForwardDemo final : public Demo {
     const DeviceInputs inputs = upload_inputs(in_.q, in_.k, in_.v, p_.dtype);
     std::vector<float> out;
     RunReport report;
-    if (sparse_) {  // the same stage, its run given the mask's flags
+    if (masked_ && stage_.masked) {  // the same stage, its run prepared for the mask
+      const StageDemo::Masked& ms = *stage_.masked;
+      Mask mask;
+      if (sparse_) mask.blocks = random_block_mask(p_, ms.block_q, ms.block_kv, density_, opt_.seed);
+      mask.window_left = window_left_;
+      mask.window_right = window_right_;
+      if (docs_ > 0) {
+        if (p_.seq_q != p_.seq_kv) throw InputError("--docs packs one sequence of both queries and keys: needs Nq = Nkv");
+        if (docs_ > p_.seq_q) throw InputError("--docs: more documents than rows");
+        mask.doc_lengths = random_doc_lengths(p_.seq_q, docs_, opt_.seed);
+      }
+      report = measure_stage(ms.apply(stage_, p_, mask), p_, in_, inputs.tensors(), device, opt_, &out, &mask);
+    } else if (masked_) {  // the same stage, its run given the block mask's flags
       const StageDemo::BlockSparse& bs = *stage_.block_sparse;
-      const BlockMask mask = random_block_mask(p_, bs.block_q, bs.block_kv, density_, opt_.seed);
-      const DeviceBuffer<uint8_t> flags(mask.keep);
+      const Mask mask = block_sparse(random_block_mask(p_, bs.block_q, bs.block_kv, density_, opt_.seed));
+      const DeviceBuffer<uint8_t> flags(mask.blocks->keep);
       StageDemo masked = stage_;
       masked.run = [&](const AttentionProblem& p, const DeviceTensors& t, void*) { bs.run(p, t, flags.data()); };
       report = measure_stage(masked, p_, in_, inputs.tensors(), device, opt_, &out, &mask);
@@ -202,6 +223,8 @@ class ForwardDemo final : public Demo {
   AttentionInputs in_;
   double density_ = 1.0;  // --block-density
   bool sparse_ = false;   // whether it was given
+  int64_t window_left_ = -1, window_right_ = -1, docs_ = 0;  // --window-left, --window-right, --docs
+  bool masked_ = false;   // whether any mask was asked for
 };
 
 }  // namespace
@@ -358,7 +381,7 @@ std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p) {
 
 RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
                         const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
-                        std::vector<float>* out_host, const BlockMask* mask) {
+                        std::vector<float>* out_host, const Mask* mask) {
   RunReport report;
   report.stage = stage.id;
   report.title = stage.title;
@@ -372,15 +395,20 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   if (stage.notes) {
     for (auto& note : stage.notes(p)) report.notes.push_back(std::move(note));
   }
-  // The fraction of the score matrix's blocks computed: all, or those the mask keeps.
-  const double kept = mask ? mask->density() : 1.0;
+  // The fraction of the work done: all, or what the mask leaves (Mask::work_fraction()).
+  const double kept = mask ? mask->work_fraction(p) : 1.0;
   if (mask) {
     std::ostringstream what;
-    what << mask->block_q << "x" << mask->block_kv << " blocks, " << std::llround(kept * mask->keep.size()) << " of "
-         << mask->keep.size() << " kept (" << std::fixed << std::setprecision(3) << kept
-         << "); throughput counts the kept blocks' FLOPs";
-    report.notes.push_back({"block mask", what.str()});
-    report.fields.push_back({"block_density", kept});
+    what << std::fixed << std::setprecision(3);
+    if (mask->only_blocks()) {
+      const BlockMask& b = *mask->blocks;
+      what << b.block_q << "x" << b.block_kv << " blocks, " << std::llround(kept * b.keep.size()) << " of "
+           << b.keep.size() << " kept (" << kept << "); throughput counts the kept blocks' FLOPs";
+    } else {
+      what << mask->describe() << "; throughput counts " << kept << " of the FLOPs (the scores left visible)";
+    }
+    report.notes.push_back({"mask", what.str()});
+    report.fields.push_back({mask->only_blocks() ? "block_density" : "visible_fraction", kept});
   }
 
   DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * dtype_bytes(p.dtype));
@@ -430,7 +458,7 @@ RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const
   const double seconds = report.median_ms * 1e-3;
   report.metrics = {
       rate_metric(device, "tflops", seconds > 0 ? kept * p.flops() / seconds / 1e12 : 0.0, "TFLOP/s", "throughput",
-                  mask ? "(4*B*H*Nq*Nkv*d, times the fraction of blocks kept)" : "(4*B*H*Nq*Nkv*d)", true),
+                  mask ? "(4*B*H*Nq*Nkv*d, times the fraction the mask leaves)" : "(4*B*H*Nq*Nkv*d)", true),
       rate_metric(device, "effective_gbps", seconds > 0 ? static_cast<double>(p.qkvo_bytes()) / seconds / 1e9 : 0.0,
                   "GB/s", "effective", "(Q, K, V read + O written once)", false, 1)};
   return report;

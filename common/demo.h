@@ -151,6 +151,17 @@ struct StageDemo {
     std::function<void(const AttentionProblem&, const DeviceTensors&, const uint8_t* flags)> run;
   };
   std::optional<BlockSparse> block_sparse;  ///< empty: the stage runs dense attention only
+  /// Masks beyond the causal one (common/block_mask.h: sliding windows, packed documents,
+  /// block masks), if the stage runs them. The demo then takes --window-left, --window-right,
+  /// --docs and --block-density.
+  struct Masked {
+    int64_t block_q = 0;   ///< query rows of a block of --block-density's mask
+    int64_t block_kv = 0;  ///< keys of a block of --block-density's mask
+    /// The stage as it runs p under `mask`: its run (what that needs besides, such as tables
+    /// of the blocks to compute, made here, once, and not timed) and its notes.
+    std::function<StageDemo(const StageDemo&, const AttentionProblem& p, const Mask& mask)> apply;
+  };
+  std::optional<Masked> masked;  ///< empty: the stage runs no masks but the causal one
 
   /// Whether the stage can run this problem's mask.
   bool causal_ok(const AttentionProblem& p) const { return supports_causal || !p.causal; }
@@ -212,13 +223,13 @@ std::size_t stage_run_bytes(const StageDemo& stage, const AttentionProblem& p);
  * "lse"), then `opt.warmup` untimed and `opt.repeats` timed runs. Allocates the stage's output
  * and workspace itself; the caller makes sure stage_run_bytes() fit. With warmup = repeats = 0
  * the stage runs exactly once (what a profiler wants). `out_host`, if given, receives O.
- * With `mask`, `stage` runs block-sparse attention under it (its run takes the mask's flags
- * itself): the check is against the masked reference, and the throughput counts the FLOPs of
- * the blocks kept.
+ * With `mask`, `stage` runs masked attention under it (its run takes the mask itself): the
+ * check is against the masked reference, and the throughput counts the FLOPs the mask leaves
+ * (Mask::work_fraction()).
  */
 RunReport measure_stage(const StageDemo& stage, const AttentionProblem& p, const AttentionInputs& in,
                         const DeviceTensors& inputs, const DeviceInfo& device, const DemoOptions& opt,
-                        std::vector<float>* out_host = nullptr, const BlockMask* mask = nullptr);
+                        std::vector<float>* out_host = nullptr, const Mask* mask = nullptr);
 
 /// What a demo's run will allocate and may take, known once the device is.
 struct DemoFootprint {

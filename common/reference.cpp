@@ -107,41 +107,34 @@ AttentionRows<Real> empty_rows(const std::vector<int64_t>& rows, int64_t d) {
   return out;
 }
 
-// A block mask must cover p's lengths exactly.
-void check_mask(const AttentionProblem& p, const BlockMask* mask) {
-  if (mask && (mask->q_blocks != (p.seq_q + mask->block_q - 1) / mask->block_q ||
-               mask->kv_blocks != (p.seq_kv + mask->block_kv - 1) / mask->block_kv ||
-               static_cast<int64_t>(mask->keep.size()) != mask->q_blocks * mask->kv_blocks)) {
-    throw InputError("the block mask does not match the problem's lengths");
-  }
-}
-
 template <typename Real>
 AttentionRows<Real> attention_rows(const AttentionProblem& p, const float* q, const float* k,
                                    const float* v, const std::vector<int64_t>& rows,
-                                   DType lowp = DType::F32, const BlockMask* mask = nullptr) {
+                                   DType lowp = DType::F32, const Mask* mask = nullptr) {
   const int64_t d = p.dim;
   AttentionRows<Real> out = empty_rows<Real>(rows, d);
   std::vector<Real> s(static_cast<size_t>(p.seq_kv));
-  std::vector<float> k_seen, v_seen;  // with a block mask: the keys a row sees, gathered
+  std::vector<float> k_seen, v_seen;  // with a mask: the keys a row sees, gathered
+  const std::vector<KeyRange> ranges = mask ? mask->key_ranges(p) : std::vector<KeyRange>{};
   for (size_t n = 0; n < rows.size(); ++n) {
     const int64_t r = rows[n];
     const int64_t bh = r / p.seq_q;  // which (batch, head)
     const int64_t i = r % p.seq_q;   // query position within the head
-    // The causal mask (top-left) hides keys j > i; key 0 is always visible.
-    const int64_t visible = p.causal ? std::min(p.seq_kv, i + 1) : p.seq_kv;
     const float* kh = k + bh * p.seq_kv * d;
     const float* vh = v + bh * p.seq_kv * d;
     Real* o = out.o.data() + n * static_cast<size_t>(d);
     if (!mask) {
+      // The causal mask (top-left) hides keys j > i; key 0 is always visible.
+      const int64_t visible = p.causal ? std::min(p.seq_kv, i + 1) : p.seq_kv;
       attend_row<Real>(q + r * d, kh, vh, visible, d, static_cast<Real>(p.scale), lowp, s, o, &out.m[n], &out.lse[n]);
       continue;
     }
-    // The keys both masks leave, in order: the same three steps over them alone.
+    // The keys the mask leaves, in order: the same three steps over them alone.
     k_seen.clear();
     v_seen.clear();
-    for (int64_t j = 0; j < visible; ++j) {
-      if (!mask->keeps(i, j)) continue;
+    const KeyRange range = ranges[static_cast<size_t>(i)];
+    for (int64_t j = range.first; j <= range.last; ++j) {
+      if (mask->blocks && !mask->blocks->keeps(i, j)) continue;
       k_seen.insert(k_seen.end(), kh + j * d, kh + (j + 1) * d);
       v_seen.insert(v_seen.end(), vh + j * d, vh + (j + 1) * d);
     }
@@ -174,8 +167,7 @@ AttentionRows<Real> decode_rows(const DecodeProblem& p, const float* q, const fl
 
 AttentionRows<double> reference_attention(const AttentionProblem& p, const float* q,
                                           const float* k, const float* v,
-                                          const std::vector<int64_t>& rows, const BlockMask* mask) {
-  check_mask(p, mask);
+                                          const std::vector<int64_t>& rows, const Mask* mask) {
   return attention_rows<double>(p, q, k, v, rows, DType::F32, mask);
 }
 
@@ -186,8 +178,7 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
 }
 
 AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
-                                        const float* v, const std::vector<int64_t>& rows, const BlockMask* mask) {
-  check_mask(p, mask);
+                                        const float* v, const std::vector<int64_t>& rows, const Mask* mask) {
   return attention_rows<float>(p, q, k, v, rows, p.dtype, mask);
 }
 

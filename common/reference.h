@@ -47,11 +47,11 @@ std::vector<int64_t> all_rows(const AttentionProblem& p);
 std::vector<int64_t> sample_rows(const AttentionProblem& p, int64_t count);
 
 /// Attention for the given rows in float64 (inputs are the fp32 tensors the stages read);
-/// with `mask`, block-sparse attention (block_mask.h: keys the mask drops get no weight, and
+/// with `mask`, of the masked problem (block_mask.h: keys the mask hides get no weight, and
 /// a row that sees no key has O = 0, m and lse −inf).
 AttentionRows<double> reference_attention(const AttentionProblem& p, const float* q,
                                           const float* k, const float* v,
-                                          const std::vector<int64_t>& rows, const BlockMask* mask = nullptr);
+                                          const std::vector<int64_t>& rows, const Mask* mask = nullptr);
 
 /// The same algorithm in float32: the same-precision baseline for tolerances.
 AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const float* q,
@@ -61,11 +61,11 @@ AttentionRows<float> baseline_attention_fp32(const AttentionProblem& p, const fl
 /**
  * The same-precision baseline of `p.dtype`: baseline_attention_fp32() for fp32; for fp16
  * and bf16, fp32 arithmetic with P rounded to that type before P·V and O after. With
- * `mask`, of the block-sparse problem.
+ * `mask`, of the masked problem.
  */
 AttentionRows<float> baseline_attention(const AttentionProblem& p, const float* q, const float* k,
                                         const float* v, const std::vector<int64_t>& rows,
-                                        const BlockMask* mask = nullptr);
+                                        const Mask* mask = nullptr);
 
 /**
  * Decoding (decode_problem.h) for the given rows in float64: GQA, each sequence's own

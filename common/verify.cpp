@@ -35,7 +35,7 @@ AttentionCheck check_rows(DType dtype, int64_t d, const AttentionRows<double>& r
 
 AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs& in,
                                const std::vector<float>& o, const std::vector<int64_t>& rows,
-                               const std::vector<float>* lse, const BlockMask* mask) {
+                               const std::vector<float>* lse, const Mask* mask) {
   return check_rows(p.dtype, p.dim, reference_attention(p, in.q.data(), in.k.data(), in.v.data(), rows, mask),
                     baseline_attention(p, in.q.data(), in.k.data(), in.v.data(), rows, mask), o, rows, lse);
 }

@@ -27,11 +27,11 @@ struct AttentionCheck {
  * Compares `o` (the full [B, H, Nq, d] output) on `rows` with the float64 reference,
  * using the tolerance of `p.dtype` from compare.h (the stage's output, converted to
  * float, against a same-precision baseline's error). If `lse` is given (one value per query row,
- * B·H·Nq in total) it is checked too. With `mask`, against block-sparse attention (block_mask.h).
+ * B·H·Nq in total) it is checked too. With `mask`, against the masked problem (block_mask.h).
  */
 AttentionCheck check_attention(const AttentionProblem& p, const AttentionInputs& in,
                                const std::vector<float>& o, const std::vector<int64_t>& rows,
-                               const std::vector<float>* lse = nullptr, const BlockMask* mask = nullptr);
+                               const std::vector<float>* lse = nullptr, const Mask* mask = nullptr);
 
 /**
  * The same for a decoding problem: `o` is the full [B, Hq, Nq, d] output, `rows` flat

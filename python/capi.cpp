@@ -24,6 +24,7 @@
 #include "stages/07_memory_pipeline/pipelined_attention.h"
 #if FA_HAVE_STAGE08
 #include "stages/08_hopper/hopper_attention.h"
+#include "stages/12_masks/masked_attention.h"
 #endif
 #include "stages/10_backward/backward_attention.h"
 #include "stages/11_backward_tensor_cores/tensor_core_backward.h"
@@ -215,6 +216,72 @@ FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h,
     }
     FA_CUDA_CHECK(cudaGetLastError());
     on.done();
+  });
+}
+
+/**
+ * A plan of stage 12 (fa::masks::Plan) for queries of `nq` rows and keys of `nkv`, on device
+ * `device`, into *plan (free it with fa_stages_mask_plan_free): the causal mask if `causal`,
+ * a sliding window (`window_left`, `window_right`: −1 for no bound), `docs` packed documents
+ * of `doc_lengths` rows (0 and null: one), and a block mask of `block_q` × `block_kv` blocks
+ * whose ⌈nq/block_q⌉·⌈nkv/block_kv⌉ flags `block_keep` holds in host memory (null: every
+ * block kept). counts[0..2] receive the blocks a head that are empty, partial and full.
+ */
+FA_API int fa_stages_mask_plan(int64_t nq, int64_t nkv, int causal, int64_t window_left, int64_t window_right,
+                               const int64_t* doc_lengths, int64_t docs, const uint8_t* block_keep, int64_t block_q,
+                               int64_t block_kv, int device, void** plan, int64_t* counts) {
+  return guarded([&] {
+#if FA_HAVE_STAGE08
+    const fa::AttentionProblem p = problem(1, 1, 1, nq, nkv, 64, 0.0, causal);
+    fa::Mask mask;
+    mask.window_left = window_left;
+    mask.window_right = window_right;
+    if (docs > 0) mask.doc_lengths.assign(doc_lengths, doc_lengths + docs);
+    if (block_keep) {
+      mask.blocks = fa::full_block_mask(p, block_q, block_kv);
+      std::memcpy(mask.blocks->keep.data(), block_keep, mask.blocks->keep.size());
+    }
+    select_device(device);
+    auto* made = new fa::masks::Plan(p, mask);
+    const fa::masks::BlockClasses& c = made->classes();
+    counts[0] = c.count(fa::masks::BlockKind::empty);
+    counts[1] = c.count(fa::masks::BlockKind::partial);
+    counts[2] = c.count(fa::masks::BlockKind::full);
+    *plan = made;
+#else
+    throw fa::NoGpuError("this build has no stage 12 (it needs nvcc 12 or newer)");
+#endif
+  });
+}
+
+/// Frees a plan of fa_stages_mask_plan (null: nothing).
+FA_API void fa_stages_mask_plan_free(void* plan) {
+#if FA_HAVE_STAGE08
+  delete static_cast<fa::masks::Plan*>(plan);
+#endif
+}
+
+/**
+ * O = softmax(scale·Q·Kᵀ under the plan's mask)·V by stage 12, fp16 or bf16 tensors [B, H,
+ * N, d] with (batch, head, row) `strides` in elements for q, k, v and o in turn (12 numbers,
+ * or null for contiguous ones), lse [B, H, Nq] fp32 contiguous (or null), on `stream` as
+ * fa_stages_forward. Nq, Nkv and `causal` must be the plan's.
+ */
+FA_API int fa_stages_masked_forward(const void* plan, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv,
+                                    int64_t d, double scale, int causal, const void* q, const void* k, const void* v,
+                                    void* o, float* lse, const int64_t* strides, int device, void* stream) {
+  return guarded([&] {
+#if FA_HAVE_STAGE08
+    const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
+    select_device(device);
+    OnStream on(stream);
+    fa::masks::attention_strided(p, q, k, v, o, lse, layout_of(p, strides, 4),
+                                 *static_cast<const fa::masks::Plan*>(plan));
+    FA_CUDA_CHECK(cudaGetLastError());
+    on.done();
+#else
+    throw fa::NoGpuError("this build has no stage 12 (it needs nvcc 12 or newer)");
+#endif
   });
 }
 

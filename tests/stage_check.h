@@ -85,9 +85,9 @@ struct StageResult {
 };
 
 /// Runs `stage` once on the inputs `in` (of type p.dtype) and checks every row, and the
-/// log-sum-exp of every row when `with_lse`; with `mask`, against block-sparse attention.
+/// log-sum-exp of every row when `with_lse`; with `mask`, against the masked problem.
 inline StageResult run_and_check_inputs(const AttentionProblem& p, const AttentionInputs& in, const StageFn& stage,
-                                        bool with_lse, const BlockMask* mask = nullptr) {
+                                        bool with_lse, const Mask* mask = nullptr) {
   const DeviceInputs inputs = upload_inputs(in.q, in.k, in.v, p.dtype);
   DeviceBuffer<unsigned char> o(static_cast<size_t>(p.q_elems()) * dtype_bytes(p.dtype));
   DeviceBuffer<float> lse(with_lse ? static_cast<size_t>(p.rows()) : 0);
@@ -282,7 +282,8 @@ inline void check_block_sparse_stage(const MaskedStageFn& stage, int64_t block_q
     DeviceBuffer<uint8_t> flags(mask.keep.size());
     flags.upload(mask.keep);
     const StageFn masked = [&](const AttentionProblem& q, const DeviceTensors& t) { stage(q, t, flags.data()); };
-    require_passed(p, run_and_check_inputs(p, in, masked, true, &mask));
+    const Mask as_mask = block_sparse(mask);
+    require_passed(p, run_and_check_inputs(p, in, masked, true, &as_mask));
   };
   SECTION("random block masks of several densities") {
     for (int64_t d : dims) {

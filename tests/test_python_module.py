@@ -226,6 +226,47 @@ def compiled(device):
     check(True, "torch.library.opcheck: fa_stages::forward's schema and fake version")
 
 
+def masks(device):
+    """fa_stages.masked_attention (stage 12) under a window, packed documents and a block mask,
+    against float64 math with the same mask; and what it refuses."""
+    b, h, n, d = 1, 2, 300, 64
+    lengths = [100, 1, 199]
+    doc = torch.repeat_interleave(torch.arange(3), torch.tensor(lengths))
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = torch.tensor([[True, False, True], [True, True, False], [False, True, True]])
+    cases = [("window (50, -1), causal", dict(causal=True, window=(50, -1)), (j <= i) & (i - j <= 50)),
+             ("documents", dict(doc_lengths=lengths), doc[:, None] == doc[None, :]),
+             ("a block mask", dict(block_mask=keep), keep[i // 128, j // 128])]
+    for dtype in (torch.float16, torch.bfloat16):
+        for name, args, visible in cases:
+            q, k, v, _ = inputs((b, h, n, d), (b, h, n, d), dtype, device, 31, requires_grad=False)
+            plan = fa_stages.MaskPlan(n, n, device=device, **args)
+            o, lse = fa_stages.masked_attention(q, k, v, plan)
+            s = torch.matmul(q.double(), k.double().transpose(-1, -2)) / math.sqrt(d)
+            s = s.masked_fill(~visible.to(s.device), float("-inf"))
+            want_lse = torch.logsumexp(s, dim=-1)
+            want = torch.nan_to_num(torch.softmax(s, dim=-1)).matmul(v.double())  # a row with no key: O = 0
+            err, lse_err = max_error(o, want), (lse.double() - want_lse).abs().nan_to_num(0.0).max().item()
+            tol = 2e-2 if dtype == torch.bfloat16 else 3e-3
+            check(o.dtype == dtype and err <= tol and lse_err <= 1e-4 and torch.equal(lse.isinf(), want_lse.isinf()),
+                  "masked_attention %s %s: O within %.0e (%.2g), lse within 1e-4 (%.2g)"
+                  % (str(dtype).split(".")[1], name, tol, err, lse_err))
+    q, k, v, _ = inputs((1, 1, 300, 64), (1, 1, 300, 64), torch.float16, device, 5, requires_grad=False)
+    plan = fa_stages.MaskPlan(300, 300, window=(10, 10), device=device)
+    expect_error(ValueError, "plan is for n_q = 300", lambda: fa_stages.masked_attention(q[:, :, :200], k, v, plan),
+                 "masked_attention: a plan for other lengths")
+    expect_error(ValueError, "no backward pass",
+                 lambda: fa_stages.masked_attention(q.requires_grad_(), k, v, plan), "masked_attention: requires_grad")
+    expect_error(ValueError, "sum to 200, not to N = 300",
+                 lambda: fa_stages.MaskPlan(300, 300, doc_lengths=[100, 100], device=device), "documents that do not fill N")
+    expect_error(ValueError, "must be (3, 3)",
+                 lambda: fa_stages.MaskPlan(300, 300, block_mask=torch.ones(2, 3, dtype=torch.bool), device=device),
+                 "a block mask of the wrong shape")
+    expect_error(ValueError, "whole tiles",
+                 lambda: fa_stages.MaskPlan(300, 300, block_mask=torch.ones(5, 5, dtype=torch.bool), block_size=(64, 64),
+                                            device=device), "a block mask of 64 x 64 blocks")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -267,6 +308,7 @@ def main():
     layouts(device)
     strided_views(device)
     compiled(device)
+    masks(device)
     print("%d failed" % len(FAILURES) if FAILURES else "all passed")
     return 1 if FAILURES else 0
 

@@ -17,7 +17,8 @@ import os
 
 import torch
 
-__all__ = ["attention", "forward", "backward", "FORWARD_STAGES", "CUSTOM_OPS", "device_name"]
+__all__ = ["attention", "forward", "backward", "MaskPlan", "masked_attention", "FORWARD_STAGES", "CUSTOM_OPS",
+           "device_name"]
 
 #: The stages with a forward pass, and the element types each takes.
 FORWARD_STAGES = {
@@ -62,6 +63,12 @@ class _Library:
             _ptr] * 11 + [ctypes.c_int, _ptr]
         lib.fa_stages_backward_workspace.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.fa_stages_mask_plan.argtypes = [_i64, _i64, ctypes.c_int, _i64, _i64, _ptr, _i64, _ptr, _i64, _i64,
+                                            ctypes.c_int, ctypes.POINTER(_ptr), _ptr]
+        lib.fa_stages_mask_plan_free.argtypes = [_ptr]
+        lib.fa_stages_mask_plan_free.restype = None
+        lib.fa_stages_masked_forward.argtypes = [_ptr, ctypes.c_int] + [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [
+            _ptr] * 6 + [ctypes.c_int, _ptr]
         lib.fa_stages_hopper_unavailable.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         self.lib = lib
         self.forward, self.backward = lib.fa_stages_forward, lib.fa_stages_backward
@@ -369,3 +376,81 @@ def attention(q, k, v, causal=False, scale=None, stage="auto"):
     if CUSTOM_OPS and _compiling():
         return _forward_op(q, k, v, causal, float(scale or 0.0), stage)[0]
     return _Attention.apply(q, k, v, causal, scale, stage)
+
+
+class MaskPlan:
+    """Stage 12's plan of a mask, for masked_attention(): its (Q tile, K/V tile) blocks of
+    128 × 128 classified once as empty (skipped), partial (masked score by score) or full,
+    and the tables the kernel reads, kept on `device`. Query row i sees key j when all of
+    these allow it: causal (j <= i), window=(left, right) (i - left <= j <= i + right; -1
+    for no bound), doc_lengths (packed documents, lengths summing to n_q = n_kv: a row sees
+    its own document only), block_mask (a bool tensor of ceil(n_q / 128) x ceil(n_kv / 128)
+    at block_size (128, 128), or its multiples: False drops the block). One plan serves any
+    batch, heads, head dim and dtype at these lengths.
+
+    counts: {"empty": ..., "partial": ..., "full": ...} blocks a head.
+    """
+
+    def __init__(self, n_q, n_kv, causal=False, window=(-1, -1), doc_lengths=None, block_mask=None,
+                 block_size=(128, 128), device="cuda"):
+        self.device = torch.device(device)
+        self.n_q, self.n_kv, self.causal = int(n_q), int(n_kv), bool(causal)
+        self._lib = _library(self.device)
+        self._handle = None
+        left, right = window
+        docs = None
+        if doc_lengths is not None:
+            docs = (_i64 * len(doc_lengths))(*[int(n) for n in doc_lengths])
+        keep = None
+        if block_mask is not None:
+            keep = torch.as_tensor(block_mask, dtype=torch.bool).to("cpu", torch.uint8).contiguous()
+            want = (-(-self.n_q // block_size[0]), -(-self.n_kv // block_size[1]))
+            if tuple(keep.shape) != want:
+                raise ValueError("fa_stages: block_mask must be %s for these lengths and blocks, not %s"
+                                 % (want, tuple(keep.shape)))
+        counts = (_i64 * 3)()
+        handle = _ptr()
+        self._keep = keep  # the flags live until the plan is made
+        self._lib.call("fa_stages_mask_plan", self.n_q, self.n_kv, int(self.causal), int(left), int(right), docs,
+                       len(doc_lengths) if doc_lengths is not None else 0,
+                       keep.data_ptr() if keep is not None else None, int(block_size[0]), int(block_size[1]),
+                       _device_index(self.device), ctypes.byref(handle), counts)
+        self._handle = handle
+        self.counts = {"empty": counts[0], "partial": counts[1], "full": counts[2]}
+
+    def density(self):
+        """The fraction of blocks the kernel visits (those not empty)."""
+        c = self.counts
+        return (c["partial"] + c["full"]) / (c["empty"] + c["partial"] + c["full"])
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self._lib.lib.fa_stages_mask_plan_free(self._handle)
+            self._handle = None
+
+
+def masked_attention(q, k, v, plan, scale=None):
+    """O and the log-sum-exp of each row under `plan`'s mask (a MaskPlan), by stage 12: the
+    forward pass only, float16 or bfloat16, d = 64 or 128, on a Hopper GPU or the CPU
+    backend. A row that sees no key gets O = 0 and log-sum-exp -inf. It has no backward
+    pass: inputs that require grad are refused."""
+    if not isinstance(plan, MaskPlan):
+        raise TypeError("fa_stages: plan must be a MaskPlan, not %s" % type(plan).__name__)
+    _check(q, k, v, plan.causal, scale, "08")
+    if any(t.requires_grad for t in (q, k, v)) and torch.is_grad_enabled():
+        raise ValueError("fa_stages: masked_attention has no backward pass; call it under torch.no_grad()")
+    if q.device != plan.device and not (q.device.type == plan.device.type == "cuda"
+                                        and _device_index(q.device) == _device_index(plan.device)):
+        raise ValueError("fa_stages: the plan is on %s, the tensors on %s" % (plan.device, q.device))
+    if q.shape[2] != plan.n_q or k.shape[2] != plan.n_kv:
+        raise ValueError("fa_stages: the plan is for n_q = %d, n_kv = %d, not %d and %d"
+                         % (plan.n_q, plan.n_kv, q.shape[2], k.shape[2]))
+    lib, index, stream = _where(q)
+    b, h, nq, d = q.shape
+    o = _output_like(q)
+    (q, k, v, o), strides = _strided(q, k, v, o)
+    lse = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
+    lib.check(lib.lib.fa_stages_masked_forward(plan._handle, _DTYPE_CODES[q.dtype], b, h, nq, k.shape[2], d,
+                                               float(scale or 0.0), int(plan.causal), q.data_ptr(), k.data_ptr(),
+                                               v.data_ptr(), o.data_ptr(), lse.data_ptr(), strides, index, stream))
+    return o, lse

@@ -1,0 +1,122 @@
+/**
+ * \file masked_attention.h
+ * \brief Stage 12's host interface: attention under masks that skip work (sliding windows,
+ *        packed documents, block-sparse masks), on stage 08's Hopper machinery. Built for
+ *        sm_90a on the GPU; the CPU backend runs it through its emulation.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/block_mask.h"
+#include "common/device_buffer.h"
+#include "common/problem.h"
+
+namespace fa {
+struct StageDemo;
+}  // namespace fa
+
+namespace fa::masks {
+
+/// This stage as the shared demo driver sees it.
+StageDemo describe();
+
+constexpr int Br = 128;  ///< query rows of a Q tile (stage 08's, at d = 64 and 128)
+constexpr int Bc = 128;  ///< keys of a K/V tile
+
+/// What a mask leaves of one (Q tile, K/V tile) block.
+enum class BlockKind : uint8_t {
+  empty,    ///< every score hidden: skipped
+  partial,  ///< some scores hidden: computed, each score tested
+  full,     ///< no score hidden: computed with no test
+};
+
+/// The grid of (Q tile, K/V tile) blocks of one head, each classified.
+struct BlockClasses {
+  int64_t q_tiles = 0;            ///< ⌈Nq / Br⌉
+  int64_t kv_tiles = 0;           ///< ⌈Nkv / Bc⌉
+  std::vector<BlockKind> kinds;   ///< [q_tiles][kv_tiles], row-major
+  /// How many blocks are of `kind`.
+  int64_t count(BlockKind kind) const;
+  /// The grid, a line a Q tile, a character a block: '#' full, '+' partial, '.' empty.
+  std::string draw() const;
+};
+
+/**
+ * Classifies p's blocks under `mask` (and p.causal): a block is empty if the block mask
+ * drops it or no row of it sees any of its keys, full if every row of it (up to Nq) sees
+ * every one of its keys (up to Bc, so a tile cut short by Nkv is at most partial), and
+ * partial otherwise.
+ * \throws InputError if the mask does not fit p, or its blocks are not whole tiles.
+ */
+BlockClasses classify(const AttentionProblem& p, const Mask& mask);
+
+/**
+ * Everything the kernel needs to know of a mask, made once on the host and kept on the
+ * device: each query row's range of keys, and each Q tile's list of blocks that are not
+ * empty, with the Q tiles ranked by the length of their lists. A plan serves any batch,
+ * heads, head dim and element type with the lengths and causal flag it was made for.
+ */
+class Plan {
+ public:
+  /// The plan of `mask` for p's lengths and causal flag. \throws InputError as classify().
+  Plan(const AttentionProblem& p, const Mask& mask);
+
+  /// The tables in device memory.
+  struct DeviceTables {
+    const int* keys;     ///< [Nq][2]: each row's first and last key
+    const int* list_at;  ///< [q_tiles + 1]: where each Q tile's list starts in `list`
+    const int* list;     ///< 2·j + 1 for a partial block of K/V tile j, 2·j for a full one
+    const int* rank;     ///< [q_tiles]: Q tiles by the length of their lists, longest first
+  };
+  DeviceTables tables() const;                              ///< the tables, on the device
+  const BlockClasses& classes() const { return classes_; }  ///< the classification
+  int64_t q_tiles() const { return classes_.q_tiles; }      ///< Q tiles a head
+  int64_t visited() const { return visited_; }              ///< blocks not empty, a head
+  int64_t longest() const { return longest_; }              ///< the longest list
+  /// Whether the kernel runs one block a multiprocessor at head dim d (stage 08's rule: at
+  /// d = 64 always; at d = 128 when no list is longer than 64 blocks).
+  bool persistent(int64_t d) const;
+  /// \throws InputError if p's lengths or causal flag are not the plan's.
+  void require_fits(const AttentionProblem& p) const;
+
+ private:
+  BlockClasses classes_;
+  int64_t seq_q_ = 0, seq_kv_ = 0, visited_ = 0, longest_ = 0;
+  bool causal_ = false;
+  DeviceBuffer<int> keys_, list_at_, list_, rank_;
+};
+
+/// Whether this build has stage 12's kernels (nvcc with sm_90a) and this process's GPU can
+/// run them (compute capability 9.0; the CPU backend emulates one).
+/// \returns an empty string if so, else why not.
+std::string unavailable_reason();
+
+/**
+ * O = softmax(scale·Q·Kᵀ under the plan's mask)·V in fp16 or bf16 on a Hopper GPU, d = 64 or
+ * 128: stage 08's kernel, visiting only the blocks the plan lists. A row that sees no key
+ * gets O = 0 and lse −inf. \param p the problem; \param Q, K, V the inputs; \param O the
+ * output; \param lse if not null, each query row's log-sum-exp (B·H·Nq floats); \param plan
+ * the mask's plan for p's lengths and causal flag.
+ * \throws InputError for fp32, another head dim, a plan for other lengths; NoGpuError on a
+ * GPU that is not a Hopper.
+ */
+void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
+               const Plan& plan);
+
+/// The same, making the plan of `mask` for this one call (a plan made once is cheaper).
+void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
+               const Mask& mask);
+
+/// attention() on tensors that lie where `layout` says, as stage 08's attention_strided().
+void attention_strided(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
+                       const Layout& layout, const Plan& plan);
+
+/// HBM bytes the kernel moves according to the IO model: Q and O once, K and V once for
+/// each block visited.
+double hbm_bytes_model(const AttentionProblem& p, const Plan& plan);
+
+}  // namespace fa::masks

@@ -1,0 +1,114 @@
+// Stage 12's plan: a mask's blocks classified on the host, and the tables the kernel reads
+// (masked_attention.h says what each holds).
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/errors.h"
+#include "stages/12_masks/masked_attention.h"
+
+namespace fa::masks {
+
+int64_t BlockClasses::count(BlockKind kind) const {
+  return static_cast<int64_t>(std::count(kinds.begin(), kinds.end(), kind));
+}
+
+std::string BlockClasses::draw() const {
+  std::string out;
+  for (int64_t qt = 0; qt < q_tiles; ++qt) {
+    for (int64_t j = 0; j < kv_tiles; ++j) {
+      const BlockKind k = kinds[static_cast<size_t>(qt * kv_tiles + j)];
+      out += k == BlockKind::full ? '#' : k == BlockKind::partial ? '+' : '.';
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+BlockClasses classify(const AttentionProblem& p, const Mask& mask) {
+  mask.check(p);
+  if (mask.blocks && (mask.blocks->block_q % Br != 0 || mask.blocks->block_kv % Bc != 0)) {
+    throw InputError("stage 12: a block mask's blocks must be whole tiles: " + std::to_string(mask.blocks->block_q) +
+                     "x" + std::to_string(mask.blocks->block_kv) + " is not a multiple of " + std::to_string(Br) + "x" +
+                     std::to_string(Bc));
+  }
+  const std::vector<KeyRange> keys = mask.key_ranges(p);
+  BlockClasses c;
+  c.q_tiles = (p.seq_q + Br - 1) / Br;
+  c.kv_tiles = (p.seq_kv + Bc - 1) / Bc;
+  c.kinds.assign(static_cast<size_t>(c.q_tiles * c.kv_tiles), BlockKind::empty);
+  for (int64_t qt = 0; qt < c.q_tiles; ++qt) {
+    const int64_t i0 = qt * Br, i1 = std::min(i0 + Br, p.seq_q);  // the tile's rows (those past Nq aside)
+    for (int64_t j = 0; j < c.kv_tiles; ++j) {
+      if (mask.blocks && !mask.blocks->keeps(i0, j * Bc)) continue;  // dropped whole
+      const int64_t c0 = j * Bc, c1 = c0 + Bc - 1;  // the tile's keys (those past Nkv are hidden)
+      bool any = false, all = true;
+      for (int64_t i = i0; i < i1; ++i) {
+        const KeyRange r = keys[static_cast<size_t>(i)];
+        any |= !r.empty() && r.first <= c1 && r.last >= c0;
+        all &= r.first <= c0 && r.last >= c1;
+      }
+      c.kinds[static_cast<size_t>(qt * c.kv_tiles + j)] = all ? BlockKind::full : any ? BlockKind::partial : BlockKind::empty;
+    }
+  }
+  return c;
+}
+
+Plan::Plan(const AttentionProblem& p, const Mask& mask) : classes_(classify(p, mask)) {
+  if (p.seq_q > 2147483647 - Br || p.seq_kv > 2147483647 - Bc) throw InputError("stage 12: sequences too long");
+  seq_q_ = p.seq_q;
+  seq_kv_ = p.seq_kv;
+  causal_ = p.causal;
+  const std::vector<KeyRange> ranges = mask.key_ranges(p);
+  std::vector<int> keys(2 * ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    keys[2 * i] = static_cast<int>(std::max<int64_t>(ranges[i].first, 0));
+    keys[2 * i + 1] = static_cast<int>(ranges[i].last);
+  }
+  std::vector<int> list_at{0}, list;
+  for (int64_t qt = 0; qt < classes_.q_tiles; ++qt) {
+    for (int64_t j = 0; j < classes_.kv_tiles; ++j) {
+      const BlockKind k = classes_.kinds[static_cast<size_t>(qt * classes_.kv_tiles + j)];
+      if (k != BlockKind::empty) list.push_back(static_cast<int>(2 * j + (k == BlockKind::partial ? 1 : 0)));
+    }
+    list_at.push_back(static_cast<int>(list.size()));
+    longest_ = std::max<int64_t>(longest_, list_at.back() - list_at[list_at.size() - 2]);
+  }
+  // Heaviest first; among equals, the later tile first (under the causal mask, as stage 08).
+  std::vector<int> rank(static_cast<size_t>(classes_.q_tiles));
+  std::iota(rank.begin(), rank.end(), 0);
+  std::stable_sort(rank.begin(), rank.end(), [&](int a, int b) {
+    const int wa = list_at[a + 1] - list_at[a], wb = list_at[b + 1] - list_at[b];
+    return wa != wb ? wa > wb : a > b;
+  });
+  keys_ = DeviceBuffer<int>(keys);
+  list_at_ = DeviceBuffer<int>(list_at);
+  list_ = DeviceBuffer<int>(list.empty() ? std::vector<int>{0} : list);
+  rank_ = DeviceBuffer<int>(rank);
+  visited_ = static_cast<int64_t>(list.size());
+}
+
+Plan::DeviceTables Plan::tables() const { return {keys_.data(), list_at_.data(), list_.data(), rank_.data()}; }
+
+bool Plan::persistent(int64_t d) const {
+  // As stage 08: d = 64 always; d = 128 where a Q tile's run is short (at most 64 K/V tiles).
+  return d == 64 || longest_ <= 64;
+}
+
+void Plan::require_fits(const AttentionProblem& p) const {
+  if (p.seq_q != seq_q_ || p.seq_kv != seq_kv_ || p.causal != causal_) {
+    throw InputError("stage 12: the plan was made for Nq = " + std::to_string(seq_q_) + ", Nkv = " +
+                     std::to_string(seq_kv_) + (causal_ ? ", causal" : ", not causal") + ": make one for this problem");
+  }
+}
+
+double hbm_bytes_model(const AttentionProblem& p, const Plan& plan) {
+  // Q read and O written once; K and V read once for every block visited, in every head.
+  const double bytes = static_cast<double>(dtype_bytes(p.dtype));
+  return static_cast<double>(p.batch_heads()) * bytes *
+         (2.0 * static_cast<double>(p.seq_q * p.dim) + 2.0 * static_cast<double>(plan.visited() * Bc * p.dim));
+}
+
+}  // namespace fa::masks

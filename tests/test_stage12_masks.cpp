@@ -1,0 +1,214 @@
+// Stage 12 against the float64 reference of the masked problem, in fp16 and bf16 at d = 64
+// and 128, the log-sum-exp included: the standard battery (no mask but the causal one),
+// sliding windows of every width round a tile's, packed documents down to one row, block
+// masks (whose dropped tiles hold NaN: a kernel that read one would spread it), all of them
+// together, and rows that see no key at all (O = 0, lse −inf), whole Q tiles of them. The
+// classification is checked block by block against the mask's own definition. On a GPU they
+// need a Hopper (skipped, never passed, without one); on the CPU backend they run through its
+// emulation, on smaller shapes; a planted copy that does not mask partial blocks must fail.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/block_mask.h"
+#include "common/cuda_check.h"
+#include "common/device_buffer.h"
+#include "common/dtype.h"
+#include "common/problem.h"
+#include "stages/12_masks/masked_attention.h"
+#include "tests/catch.h"
+#include "tests/stage_check.h"
+
+namespace fa::masks::planted {
+// The planted copy (stages/12_masks/CMakeLists.txt): partial blocks computed as full ones.
+void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
+               const Plan& plan);
+}  // namespace fa::masks::planted
+
+namespace {
+
+const std::vector<int64_t> kDims = {64, 128};
+const std::vector<fa::DType> kTypes = {fa::DType::F16, fa::DType::BF16};
+
+// Longer sequences on the GPU, where they cost nothing; on the CPU backend a few tiles.
+constexpr int64_t kN = FA_CPU_BACKEND ? 300 : 1000;
+
+// Stage 12 under `mask`, its plan made for each call.
+fa::test::StageFn under(const fa::Mask& mask) {
+  return [mask](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
+    fa::masks::attention(p, t.q, t.k, t.v, t.o, t.lse, mask);
+  };
+}
+
+// Runs stage 12 under `mask` on fresh inputs (seed) and REQUIREs that it matches the
+// reference of the masked problem, every row and its log-sum-exp.
+void check_mask(const fa::AttentionProblem& p, const fa::Mask& mask, uint64_t seed, float magnitude = 1.0f) {
+  INFO("mask: " << mask.describe());
+  const fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
+  fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, under(mask), true, &mask));
+}
+
+fa::Mask window(int64_t left, int64_t right) {
+  fa::Mask m;
+  m.window_left = left;
+  m.window_right = right;
+  return m;
+}
+
+fa::Mask documents(std::vector<int64_t> lengths) {
+  fa::Mask m;
+  m.doc_lengths = std::move(lengths);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("stage 12 with no mask but the causal one matches the reference", "[stage12]") {
+  for (fa::DType dtype : kTypes) {
+    INFO(fa::dtype_name(dtype));
+    fa::test::check_attention_stage(under(fa::Mask{}), /*with_lse=*/true, /*causal=*/true, dtype, kDims);
+  }
+}
+
+TEST_CASE("stage 12 under sliding windows of every width round a tile's", "[stage12][window]") {
+  uint64_t seed = 1200;
+  for (fa::DType dtype : kTypes) {
+    for (int64_t d : kDims) {
+      for (bool causal : {true, false}) {
+        const fa::AttentionProblem p = fa::make_problem(1, 2, kN, kN, d, 0.0, causal, dtype);
+        // Windows narrower than a tile, one either side of it, and longer than the sequence.
+        for (int64_t w : {int64_t{0}, int64_t{1}, int64_t{100}, int64_t{127}, int64_t{128}, int64_t{129}, 2 * kN}) {
+          check_mask(p, window(w, causal ? -1 : w / 2), ++seed);
+        }
+      }
+    }
+  }
+  // Nq != Nkv, ragged ends, several heads and batches, a window to the right only.
+  for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 257}, {257, 100}, {130, kN}}) {
+    const fa::AttentionProblem p = fa::make_problem(2, 3, nq, nkv, 64, 0.0, false, fa::DType::F16);
+    check_mask(p, window(40, 70), ++seed);
+    check_mask(p, window(-1, 5), ++seed);
+  }
+}
+
+TEST_CASE("stage 12 over packed documents, down to one row", "[stage12][documents]") {
+  uint64_t seed = 1300;
+  for (fa::DType dtype : kTypes) {
+    for (int64_t d : kDims) {
+      for (bool causal : {true, false}) {
+        const fa::AttentionProblem p = fa::make_problem(1, 2, kN, kN, d, 0.0, causal, dtype);
+        for (int64_t docs : {int64_t{1}, int64_t{3}, int64_t{9}}) {
+          check_mask(p, documents(fa::random_doc_lengths(kN, docs, ++seed)), seed);
+        }
+      }
+    }
+  }
+  // Every document a single row: each row sees itself only, and O is its own V row.
+  const fa::AttentionProblem ones = fa::make_problem(2, 2, 200, 200, 64, 0.0, false, fa::DType::BF16);
+  check_mask(ones, documents(std::vector<int64_t>(200, 1)), ++seed);
+  // Documents that end on a tile's edge and one row either side of it.
+  const fa::AttentionProblem edges = fa::make_problem(1, 2, 512, 512, 128, 0.0, true, fa::DType::F16);
+  check_mask(edges, documents({127, 1, 128, 129, 127}), ++seed);
+}
+
+TEST_CASE("stage 12 under block masks: none, some and all blocks kept", "[stage12][block_sparse]") {
+  // The battery of block-sparse stages (tests/stage_check.h): its masks come as flags in
+  // device memory, made into a plan here.
+  const fa::test::MaskedStageFn stage = [](const fa::AttentionProblem& p, const fa::DeviceTensors& t,
+                                           const uint8_t* flags) {
+    fa::BlockMask blocks = fa::full_block_mask(p, fa::masks::Br, fa::masks::Bc, false);
+    FA_CUDA_CHECK(cudaMemcpy(blocks.keep.data(), flags, blocks.keep.size(), cudaMemcpyDeviceToHost));
+    fa::masks::attention(p, t.q, t.k, t.v, t.o, t.lse, fa::block_sparse(std::move(blocks)));
+  };
+  for (fa::DType dtype : kTypes) {
+    INFO(fa::dtype_name(dtype));
+    fa::test::check_block_sparse_stage(stage, fa::masks::Br, fa::masks::Bc, dtype, kDims);
+  }
+}
+
+TEST_CASE("stage 12 under a window, documents and a block mask together", "[stage12]") {
+  uint64_t seed = 1400;
+  for (int64_t d : kDims) {
+    const fa::AttentionProblem p = fa::make_problem(2, 2, 2 * kN, 2 * kN, d, 0.0, true, fa::DType::F16);
+    fa::Mask mask = window(150, -1);
+    mask.doc_lengths = fa::random_doc_lengths(p.seq_q, 4, ++seed);
+    mask.blocks = fa::random_block_mask(p, 128, 256, 0.7, ++seed);
+    check_mask(p, mask, seed);
+    check_mask(p, mask, ++seed, 30.0f);  // large logits: the softmax stays finite and exact
+  }
+}
+
+TEST_CASE("stage 12 rows that see no key give O = 0 and lse -inf", "[stage12][empty]") {
+  uint64_t seed = 1500;
+  for (int64_t d : kDims) {
+    // Nkv = 150 and a window of 10 either side: rows past 160 see nothing, and Q tiles 2 and
+    // 3 have no block to visit at all.
+    const fa::AttentionProblem p = fa::make_problem(1, 2, 400, 150, d, 0.0, false, fa::DType::F16);
+    REQUIRE(fa::masks::classify(p, window(10, 10)).draw() == "++\n++\n..\n..\n");
+    check_mask(p, window(10, 10), ++seed);
+  }
+}
+
+// Against the definition: a block is full when every row (up to Nq) sees every key of it (up
+// to Bc), empty when no row sees any, partial otherwise.
+TEST_CASE("stage 12 classifies each block as the mask defines it", "[stage12]") {
+  const fa::AttentionProblem p = fa::make_problem(1, 1, 700, 900, 64, 0.0, true, fa::DType::F16);
+  fa::Mask mask = window(200, -1);
+  mask.blocks = fa::random_block_mask(p, 256, 128, 0.8, 3);
+  const fa::masks::BlockClasses c = fa::masks::classify(p, mask);
+  const std::vector<fa::KeyRange> keys = mask.key_ranges(p);
+  for (int64_t qt = 0; qt < c.q_tiles; ++qt) {
+    for (int64_t j = 0; j < c.kv_tiles; ++j) {
+      int64_t seen = 0, cells = 0;
+      for (int64_t i = qt * 128; i < std::min<int64_t>(p.seq_q, (qt + 1) * 128); ++i) {
+        for (int64_t k = j * 128; k < (j + 1) * 128; ++k, ++cells) {
+          const fa::KeyRange r = keys[static_cast<size_t>(i)];
+          seen += k < p.seq_kv && k >= r.first && k <= r.last && mask.blocks->keeps(i, k);
+        }
+      }
+      const fa::masks::BlockKind want = seen == 0       ? fa::masks::BlockKind::empty
+                                        : seen == cells ? fa::masks::BlockKind::full
+                                                        : fa::masks::BlockKind::partial;
+      INFO("block " << qt << ", " << j);
+      REQUIRE(c.kinds[static_cast<size_t>(qt * c.kv_tiles + j)] == want);
+    }
+  }
+  // The causal mask alone on 4 × 4 tiles: the diagonal partial, below it full.
+  const fa::AttentionProblem square = fa::make_problem(1, 1, 512, 512, 64, 0.0, true, fa::DType::F16);
+  REQUIRE(fa::masks::classify(square, fa::Mask{}).draw() == "+...\n#+..\n##+.\n###+\n");
+}
+
+TEST_CASE("stage 12 refuses what it cannot run with a clear message", "[stage12]") {
+  const fa::DeviceTensors none{nullptr, nullptr, nullptr, nullptr};
+  const fa::AttentionProblem p = fa::make_problem(1, 1, 300, 300, 64, 0.0, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(fa::masks::Plan(p, fa::block_sparse(fa::random_block_mask(p, 64, 64, 0.5, 1))),
+                      fa::test::HasSubstring("whole tiles: 64x64 is not a multiple of 128x128"));
+  REQUIRE_THROWS_WITH(fa::masks::Plan(p, documents({100, 100})), fa::test::HasSubstring("sum to 200, not to N = 300"));
+  REQUIRE_THROWS_WITH(fa::masks::Plan(p, documents({300, 0})), fa::test::HasSubstring("at least one row"));
+  const fa::AttentionProblem ragged = fa::make_problem(1, 1, 300, 200, 64, 0.0, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(fa::masks::Plan(ragged, documents({300})), fa::test::HasSubstring("Nq = Nkv"));
+  REQUIRE_THROWS_WITH(fa::masks::Plan(p, window(-2, 3)), fa::test::HasSubstring("-1 (none) or at least 0"));
+  const fa::masks::Plan plan(p, fa::Mask{});
+  const fa::AttentionProblem longer = fa::make_problem(1, 1, 301, 300, 64, 0.0, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(fa::masks::attention(longer, nullptr, nullptr, nullptr, nullptr, nullptr, plan),
+                      fa::test::HasSubstring("plan was made for Nq = 300"));
+  const fa::AttentionProblem p32 = fa::make_problem(1, 1, 300, 300, 32, 0.0, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(under(fa::Mask{})(p32, none), fa::test::HasSubstring("head dim 32 is not supported"));
+  REQUIRE_THROWS_WITH(under(fa::Mask{})(fa::make_problem(1, 1, 8, 8, 64), none), fa::test::HasSubstring("fp16 or bf16"));
+}
+
+// The planted copy computes partial blocks as full ones: hidden scores inside a partial
+// block get weight, which every mask here has.
+TEST_CASE("a kernel that does not mask partial blocks fails the checks", "[stage12][planted]") {
+  const fa::AttentionProblem p = fa::make_problem(1, 2, 300, 300, 64, 0.0, true, fa::DType::F16);
+  for (const fa::Mask& mask : {window(50, -1), documents({100, 200}), fa::Mask{}}) {
+    const fa::masks::Plan plan(p, mask);
+    const fa::test::StageFn planted = [&plan](const fa::AttentionProblem& q, const fa::DeviceTensors& t) {
+      fa::masks::planted::attention(q, t.q, t.k, t.v, t.o, t.lse, plan);
+    };
+    const fa::AttentionInputs in = fa::random_inputs(p, 21);
+    INFO("mask: " << mask.describe());
+    REQUIRE_FALSE(fa::test::run_and_check_inputs(p, in, planted, true, &mask).check.passed());
+    REQUIRE(fa::test::run_and_check_inputs(p, in, under(mask), true, &mask).check.passed());
+  }
+}
