@@ -83,7 +83,7 @@ struct Mask {
   /// blocks kept (the causal mask is not subtracted, as in AttentionProblem::flops()); any
   /// other mask, the fraction of scores some row sees (causal mask included).
   double work_fraction(const AttentionProblem& p) const;
-  /// The mask in a few words ("window 256 left, 4 documents, block mask 0.50").
+  /// The mask in a few words ("window 256 left, 4 documents, block mask of 128x128 blocks, 50% kept").
   std::string describe() const;
 };
 

@@ -3,6 +3,8 @@
 // - mbarrier: which phase parities count as completed, before and after each arrival;
 // - TMA: one box copied by cp.async.bulk.tensor, completing on an mbarrier, in each swizzle
 //   mode, with parts of the box outside the tensor (zeros), read back from shared memory;
+//   from 3-D maps, and from 4-D maps of [B][H][N][d] views whose heads are interleaved in
+//   each row, as stages 08 and 12 read a linear layer's q, k and v;
 // - wgmma: one m64nNk16 product over a shared-memory image of random values, read through
 //   descriptors in each swizzle mode, K-major and MN-major, with A from shared memory or
 //   from registers.
@@ -31,6 +33,17 @@ std::vector<TmaCase> tma_cases() {
       {2, 32, 64, 40, 3, 2},    // 64-byte swizzle; columns 64-71 past it
       {3, 64, 56, 0, 12, 1},    // 128-byte swizzle; a tensor 56 wide: columns 56-63 past it
       {3, 64, 64, -8, 36, 2},   // 128-byte swizzle; columns before, rows after
+  };
+}
+
+std::vector<Tma4Case> tma4_cases() {
+  return {
+      // d = 64 in 128-byte swizzled boxes, as the stages copy Q, K and V: rows 8-23 of a
+      // sequence of 20 (rows 20-23 past it: zeros), the last head of the last batch entry.
+      {3, 64, 64, 2, 20, 3, 0, 8, 1, 2},
+      {3, 64, 64, 2, 20, 3, 0, -3, 0, 1},  // rows before the first
+      {2, 32, 32, 4, 20, 3, 0, 2, 3, 1},   // d = 32, four heads, 64-byte swizzle
+      {0, 32, 64, 2, 20, 3, 32, 5, 1, 0},  // the second half of d = 64, no swizzle
   };
 }
 
@@ -126,6 +139,27 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int x, int y
   for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) out[i] = reinterpret_cast<const uint32_t*>(smem)[i];
 }
 
+// The same with a 4-D map, the box at (x, row, head, batch).
+__global__ void tma4_kernel(const __grid_constant__ CUtensorMap map, int x, int row, int head, int batch, int bytes,
+                            uint32_t* out) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = aligned_smem(smem_raw);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + 4096);
+  for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = 0xDEADBEEFu;
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(bar, 1);
+    hopper::mbarrier_init_fence();
+  }
+  __syncthreads();
+  fence_proxy_async();
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(bytes));
+    hopper::tma_load_4d(smem, &map, bar, x, row, head, batch);
+  }
+  hopper::mbarrier_wait(bar, 0);
+  for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) out[i] = reinterpret_cast<const uint32_t*>(smem)[i];
+}
+
 uint64_t descriptor(uint32_t start, uint32_t lbo, uint32_t sbo, int mode) {
   return (start >> 4) | static_cast<uint64_t>(lbo >> 4) << 16 | static_cast<uint64_t>(sbo >> 4) << 32 |
          static_cast<uint64_t>(mode) << 62;
@@ -202,6 +236,25 @@ HopperOutputs run_hopper_probes(const HopperInputs& in) {
     FA_CHECK_LAUNCH("tma_kernel");
     const std::vector<uint32_t> got = box_out.download();
     out.tma.insert(out.tma.end(), got.begin(), got.end());
+  }
+  for (const Tma4Case& t : tma4_cases()) {
+    CUtensorMap map;
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.d), static_cast<cuuint64_t>(t.rows),
+                                static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batches)};
+    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.heads * t.d) * 2, static_cast<cuuint64_t>(t.d) * 2,
+                                   static_cast<cuuint64_t>(t.rows * t.heads * t.d) * 2};  // bytes
+    const cuuint32_t box[4] = {static_cast<cuuint32_t>(t.box_x), 16, 1, 1};
+    const cuuint32_t step[4] = {1, 1, 1, 1};
+    const CUresult rc = hopper::tensor_map_encoder()(
+        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, tensor.data(), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        static_cast<CUtensorMapSwizzle>(t.swizzle), CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
+    const int bytes = t.box_x * 16 * 2;
+    DeviceBuffer<uint32_t> box_out(static_cast<size_t>(bytes / 4));
+    tma4_kernel<<<1, 32, 4096 + 64 + 1024>>>(map, t.x, t.row, t.head, t.batch, bytes, box_out.data());
+    FA_CHECK_LAUNCH("tma4_kernel");
+    const std::vector<uint32_t> got = box_out.download();
+    out.tma4.insert(out.tma4.end(), got.begin(), got.end());
   }
   {
     DeviceBuffer<uint32_t> answers(12);

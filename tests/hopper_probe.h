@@ -13,6 +13,15 @@ struct TmaCase {
   int swizzle, box_x, tensor_x, x, y, z;
 };
 
+/// One 4-D TMA copy, as stages 08 and 12 read [B][H][N][d] views: a box of 16 rows ×
+/// `box_x` values at (x, row, head, batch) of the probe's tensor seen as `batches` × `heads`
+/// × `rows` × `d` with its heads interleaved in each row (a PyTorch [B, N, H, d] tensor viewed
+/// as [B, H, N, d]): strides of H·d values a row, d a head, rows·H·d a batch; with swizzle
+/// `swizzle`.
+struct Tma4Case {
+  int swizzle, box_x, d, heads, rows, batches, x, row, head, batch;
+};
+
 /// One wgmma: m64n{n}k16 in fp16 (type 0) or bf16 (1). A from shared memory (K-major,
 /// descriptor a_*) or, if `a_regs`, from registers; B through descriptor b_* (K-major, or
 /// MN-major with registers A, as stage 08 uses them). Descriptors share the swizzle `mode`.
@@ -28,6 +37,7 @@ constexpr int kImageBytes = 64 * 1024;  ///< the shared-memory image the wgmma p
 
 /// The cases, the same on every machine.
 std::vector<TmaCase> tma_cases();
+std::vector<Tma4Case> tma4_cases();
 std::vector<WgmmaCase> wgmma_cases();
 
 /// What the probes read; hopper_inputs() draws it from a seed.
@@ -41,6 +51,7 @@ struct HopperInputs {
 /// What they produced, case after case.
 struct HopperOutputs {
   std::vector<uint32_t> tma;  ///< each case's box as it lies in shared memory
+  std::vector<uint32_t> tma4;  ///< the same for each 4-D case
   std::vector<float> wgmma;   ///< each case's 128 threads × n/2 accumulators
   std::vector<uint32_t> parity;  ///< mbarrier.test_wait.parity answers (see hopper_probe.cu)
 };

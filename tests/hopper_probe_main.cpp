@@ -48,7 +48,7 @@ std::vector<T> slice(const std::vector<T>& all, size_t at, size_t n) {
 int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
   using namespace fa::probe;
   HopperOutputs gpu;
-  gpu.tma = get<uint32_t>(f), gpu.wgmma = get<float>(f), gpu.parity = get<uint32_t>(f);
+  gpu.tma = get<uint32_t>(f), gpu.wgmma = get<float>(f), gpu.parity = get<uint32_t>(f), gpu.tma4 = get<uint32_t>(f);
   int bad = compare_bits("mbarrier.test_wait.parity 0 and 1, before and after each arrival", out.parity, gpu.parity, 2,
                          "step");
   size_t at = 0;
@@ -60,6 +60,18 @@ int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
     at += words;
   }
   bad += gpu.tma.size() != at;
+  at = 0;
+  for (const Tma4Case& t : tma4_cases()) {
+    const size_t words = static_cast<size_t>(t.box_x * 16 * 2 / 4);
+    const std::string name = "TMA 4-D box " + std::to_string(t.box_x) + "x16 at (" + std::to_string(t.x) + "," +
+                             std::to_string(t.row) + "," + std::to_string(t.head) + "," + std::to_string(t.batch) +
+                             ") of [" + std::to_string(t.batches) + "][" + std::to_string(t.heads) + "][" +
+                             std::to_string(t.rows) + "][" + std::to_string(t.d) + "], heads interleaved, swizzle " +
+                             std::to_string(t.swizzle);
+    bad += compare_bits(name.c_str(), slice(out.tma4, at, words), slice(gpu.tma4, at, words), t.box_x / 2, "row");
+    at += words;
+  }
+  bad += gpu.tma4.size() != at;
   // |products| <= 2·2 each, 16 of them, plus |c| <= 4: sums stay below 68, so fp32
   // accumulation rounding is below 16 · 2^-24 · 68 ≈ 7e-5. A layout error is O(1).
   at = 0;
@@ -87,6 +99,8 @@ int main(int argc, char** argv) {
                    : "the probes need a Hopper GPU (compute capability 9.0); this is " + device.name;
       },
       [] { return run_hopper_probes(hopper_inputs(2026)); },
-      [](std::ofstream& f, const HopperOutputs& out) { put(f, out.tma), put(f, out.wgmma), put(f, out.parity); },
+      [](std::ofstream& f, const HopperOutputs& out) {
+        put(f, out.tma), put(f, out.wgmma), put(f, out.parity), put(f, out.tma4);
+      },
       compare, "no Hopper GPU was there to write it (hopper_probe --write)");
 }

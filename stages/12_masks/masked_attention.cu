@@ -434,8 +434,8 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       l[0] = l[1] = 0.0f;
       for (int r = 0; r < 2; ++r) {  // a row past Nq sees nothing (and is not written)
         const int row = row0 + 8 * r;
-        keys_first[r] = row < seq_q ? tables.keys[2 * row] : 0;
-        keys_last[r] = row < seq_q ? tables.keys[2 * row + 1] : -1;
+        keys_first[r] = row < seq_q ? tables.keys[2 * static_cast<int64_t>(row)] : 0;
+        keys_last[r] = row < seq_q ? tables.keys[2 * static_cast<int64_t>(row) + 1] : -1;
       }
 
       if (n_tiles == 0) {
