@@ -38,15 +38,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <numeric>
 #include <string>
-#include <vector>
 
 #include "common/cuda_check.h"
 #include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
-#include "common/device_buffer.h"
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/08_hopper/hopper.cuh"
 #include "stages/08_hopper/tuning.h"
