@@ -149,6 +149,60 @@ TEST_CASE("stage 12 rows that see no key give O = 0 and lse -inf", "[stage12][em
   }
 }
 
+// Lists longer than 64 blocks at d = 128: a block for each Q tile, heaviest first (not one a
+// multiprocessor); at d = 64 still persistent. The window leaves the Q tiles lists of
+// different lengths.
+TEST_CASE("stage 12 with lists longer than 64 blocks: a block for each Q tile at d = 128", "[stage12][long]") {
+  uint64_t seed = 1600;
+  const fa::Mask mask = window(200, -1);
+  for (int64_t d : kDims) {
+    const fa::AttentionProblem p = fa::make_problem(1, FA_CPU_BACKEND ? 1 : 3, 300, 8400, d, 0.0, false,
+                                                    fa::DType::BF16);
+    const fa::masks::Plan plan(p, mask);
+    REQUIRE(plan.longest() == 66);
+    REQUIRE(plan.persistent(d) == (d == 64));
+    check_mask(p, mask, ++seed);
+  }
+}
+
+// Q, K and V read, and O written, where the layout `name` of fa::test::test_layout says, under
+// `mask`, every element between them poisoned (and checked untouched), as the Python module
+// hands stage 12 a linear layer's views.
+fa::test::StageFn strided(const std::string& name, const fa::Mask& mask) {
+  return [name, mask](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
+    const fa::Layout layout = fa::test::test_layout(name, p);
+    const auto q = fa::test::scatter(p, p.seq_q, t.q, layout.q);
+    const auto k = fa::test::scatter(p, p.seq_kv, t.k, layout.k);
+    const auto v = fa::test::scatter(p, p.seq_kv, t.v, layout.v);
+    fa::DeviceBuffer<uint16_t> o(static_cast<size_t>(fa::test::strided_extent(p, p.seq_q, layout.o)));
+    o.fill_bytes(fa::kPoisonByte);
+    fa::masks::attention_strided(p, q.data(), k.data(), v.data(), o.data(), t.lse, layout, fa::masks::Plan(p, mask));
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    fa::test::gather(p, p.seq_q, o, layout.o, t.o);
+  };
+}
+
+TEST_CASE("stage 12 reads Q, K and V where their strides say and writes O where its strides say", "[stage12]") {
+  uint64_t seed = 1700;
+  for (const std::string layout : {"interleaved", "padded"}) {
+    for (int64_t d : kDims) {
+      const fa::AttentionProblem p = fa::make_problem(2, 3, 200, 200, d, 0.0, true, fa::DType::F16);
+      fa::Mask mask = window(70, -1);
+      mask.doc_lengths = {90, 1, 109};
+      INFO(layout);
+      const fa::AttentionInputs in = fa::random_inputs(p, ++seed);
+      fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, strided(layout, mask), true, &mask));
+    }
+  }
+  const fa::AttentionProblem p = fa::make_problem(2, 2, 8, 8, 64, 0.0, false, fa::DType::F16);
+  fa::DeviceBuffer<uint16_t> x(static_cast<size_t>(p.q_elems()));
+  fa::Layout broadcast = fa::Layout::contiguous(p);
+  broadcast.k.batch = 0;  // every batch reads one K
+  REQUIRE_THROWS_WITH(fa::masks::attention_strided(p, x.data(), x.data(), x.data(), x.data(), nullptr, broadcast,
+                                                   fa::masks::Plan(p, fa::Mask{})),
+                      fa::test::HasSubstring("stride of 0"));
+}
+
 // Against the definition: a block is full when every row (up to Nq) sees every key of it (up
 // to Bc), empty when no row sees any, partial otherwise.
 TEST_CASE("stage 12 classifies each block as the mask defines it", "[stage12]") {
