@@ -206,27 +206,39 @@ TEST_CASE("stage 12 reads Q, K and V where their strides say and writes O where 
 // Against the definition: a block is full when every row (up to Nq) sees every key of it (up
 // to Bc), empty when no row sees any, partial otherwise.
 TEST_CASE("stage 12 classifies each block as the mask defines it", "[stage12]") {
+  const auto check = [](const fa::AttentionProblem& p, const fa::Mask& mask) {
+    INFO(fa::describe(p) << ", mask: " << mask.describe());
+    const fa::masks::BlockClasses c = fa::masks::classify(p, mask);
+    const std::vector<fa::KeyRange> keys = mask.key_ranges(p);
+    for (int64_t qt = 0; qt < c.q_tiles; ++qt) {
+      for (int64_t j = 0; j < c.kv_tiles; ++j) {
+        int64_t seen = 0, cells = 0;
+        for (int64_t i = qt * 128; i < std::min<int64_t>(p.seq_q, (qt + 1) * 128); ++i) {
+          for (int64_t k = j * 128; k < (j + 1) * 128; ++k, ++cells) {
+            const fa::KeyRange r = keys[static_cast<size_t>(i)];
+            seen += k < p.seq_kv && k >= r.first && k <= r.last && (!mask.blocks || mask.blocks->keeps(i, k));
+          }
+        }
+        const fa::masks::BlockKind want = seen == 0       ? fa::masks::BlockKind::empty
+                                          : seen == cells ? fa::masks::BlockKind::full
+                                                          : fa::masks::BlockKind::partial;
+        INFO("block " << qt << ", " << j);
+        REQUIRE(c.kinds[static_cast<size_t>(qt * c.kv_tiles + j)] == want);
+      }
+    }
+  };
   const fa::AttentionProblem p = fa::make_problem(1, 1, 700, 900, 64, 0.0, true, fa::DType::F16);
   fa::Mask mask = window(200, -1);
   mask.blocks = fa::random_block_mask(p, 256, 128, 0.8, 3);
-  const fa::masks::BlockClasses c = fa::masks::classify(p, mask);
-  const std::vector<fa::KeyRange> keys = mask.key_ranges(p);
-  for (int64_t qt = 0; qt < c.q_tiles; ++qt) {
-    for (int64_t j = 0; j < c.kv_tiles; ++j) {
-      int64_t seen = 0, cells = 0;
-      for (int64_t i = qt * 128; i < std::min<int64_t>(p.seq_q, (qt + 1) * 128); ++i) {
-        for (int64_t k = j * 128; k < (j + 1) * 128; ++k, ++cells) {
-          const fa::KeyRange r = keys[static_cast<size_t>(i)];
-          seen += k < p.seq_kv && k >= r.first && k <= r.last && mask.blocks->keeps(i, k);
-        }
-      }
-      const fa::masks::BlockKind want = seen == 0       ? fa::masks::BlockKind::empty
-                                        : seen == cells ? fa::masks::BlockKind::full
-                                                        : fa::masks::BlockKind::partial;
-      INFO("block " << qt << ", " << j);
-      REQUIRE(c.kinds[static_cast<size_t>(qt * c.kv_tiles + j)] == want);
-    }
-  }
+  check(p, mask);
+  const fa::AttentionProblem packed = fa::make_problem(1, 1, 1000, 1000, 64, 0.0, false, fa::DType::F16);
+  check(packed, documents({127, 1, 128, 300, 1, 443}));
+  fa::Mask both = window(30, 60);
+  both.doc_lengths = fa::random_doc_lengths(1000, 7, 4);
+  check(packed, both);
+  // Rows past Nkv + 10 see nothing: Q tiles with empty rows beside rows that see keys.
+  check(fa::make_problem(1, 1, 500, 200, 64, 0.0, false, fa::DType::F16), window(10, 10));
+  check(fa::make_problem(1, 1, 129, 1, 64, 0.0, true, fa::DType::F16), fa::Mask{});
   // The causal mask alone on 4 × 4 tiles: the diagonal partial, below it full.
   const fa::AttentionProblem square = fa::make_problem(1, 1, 512, 512, 64, 0.0, true, fa::DType::F16);
   REQUIRE(fa::masks::classify(square, fa::Mask{}).draw() == "+...\n#+..\n##+.\n###+\n");

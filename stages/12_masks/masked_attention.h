@@ -45,12 +45,17 @@ struct BlockClasses {
   std::string draw() const;
 };
 
+/// The most blocks a head a plan holds (2^28: Nq = Nkv = 2M tokens): its classification is a
+/// byte a block on the host.
+constexpr int64_t kMaxPlanBlocks = int64_t{1} << 28;
+
 /**
  * Classifies p's blocks under `mask` (and p.causal): a block is empty if the block mask
  * drops it or no row of it sees any of its keys, full if every row of it (up to Nq) sees
  * every one of its keys (up to Bc, so a tile cut short by Nkv is at most partial), and
- * partial otherwise.
- * \throws InputError if the mask does not fit p, or its blocks are not whole tiles.
+ * partial otherwise. Its work is O(Nq + blocks).
+ * \throws InputError if the mask does not fit p, its blocks are not whole tiles, or there are
+ * more than kMaxPlanBlocks blocks a head.
  */
 BlockClasses classify(const AttentionProblem& p, const Mask& mask);
 

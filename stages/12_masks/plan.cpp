@@ -34,23 +34,40 @@ BlockClasses classify(const AttentionProblem& p, const Mask& mask) {
                      "x" + std::to_string(mask.blocks->block_kv) + " is not a multiple of " + std::to_string(Br) + "x" +
                      std::to_string(Bc));
   }
-  const std::vector<KeyRange> keys = mask.key_ranges(p);
   BlockClasses c;
   c.q_tiles = (p.seq_q + Br - 1) / Br;
   c.kv_tiles = (p.seq_kv + Bc - 1) / Bc;
+  if (c.q_tiles * c.kv_tiles > kMaxPlanBlocks) {
+    throw InputError("stage 12: " + std::to_string(c.q_tiles) + " x " + std::to_string(c.kv_tiles) +
+                     " blocks a head are more than a plan holds (" + std::to_string(kMaxPlanBlocks) + ")");
+  }
+  const std::vector<KeyRange> keys = mask.key_ranges(p);
   c.kinds.assign(static_cast<size_t>(c.q_tiles * c.kv_tiles), BlockKind::empty);
+  std::vector<int64_t> rows_at(static_cast<size_t>(c.kv_tiles + 1));  // rows of the Q tile seeing K tile j, as steps
   for (int64_t qt = 0; qt < c.q_tiles; ++qt) {
     const int64_t i0 = qt * Br, i1 = std::min(i0 + Br, p.seq_q);  // the tile's rows (those past Nq aside)
+    // Full: every row sees every key of the tile, so the largest first ≤ c0 and the smallest
+    // last ≥ c1 (a row that sees nothing has first > last and can be neither). Any: some row's
+    // range meets the tile; each row meets the tiles first / Bc .. last / Bc, counted with +1
+    // and −1 steps and summed, so the work is a row plus a tile, not a row times a tile.
+    int64_t max_first = 0, min_last = p.seq_kv;
+    std::fill(rows_at.begin(), rows_at.end(), 0);
+    for (int64_t i = i0; i < i1; ++i) {
+      const KeyRange r = keys[static_cast<size_t>(i)];
+      max_first = std::max(max_first, r.first);
+      min_last = std::min(min_last, r.last);
+      if (r.empty()) continue;
+      ++rows_at[static_cast<size_t>(r.first / Bc)];
+      --rows_at[static_cast<size_t>(r.last / Bc + 1)];
+    }
+    int64_t rows = 0;
     for (int64_t j = 0; j < c.kv_tiles; ++j) {
+      rows += rows_at[static_cast<size_t>(j)];
       if (mask.blocks && !mask.blocks->keeps(i0, j * Bc)) continue;  // dropped whole
       const int64_t c0 = j * Bc, c1 = c0 + Bc - 1;  // the tile's keys (those past Nkv are hidden)
-      bool any = false, all = true;
-      for (int64_t i = i0; i < i1; ++i) {
-        const KeyRange r = keys[static_cast<size_t>(i)];
-        any |= !r.empty() && r.first <= c1 && r.last >= c0;
-        all &= r.first <= c0 && r.last >= c1;
-      }
-      c.kinds[static_cast<size_t>(qt * c.kv_tiles + j)] = all ? BlockKind::full : any ? BlockKind::partial : BlockKind::empty;
+      const bool all = max_first <= c0 && min_last >= c1;
+      c.kinds[static_cast<size_t>(qt * c.kv_tiles + j)] =
+          all ? BlockKind::full : rows > 0 ? BlockKind::partial : BlockKind::empty;
     }
   }
   return c;
