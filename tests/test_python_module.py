@@ -255,6 +255,8 @@ def masks(device):
     plan = fa_stages.MaskPlan(300, 300, window=(10, 10), device=device)
     expect_error(ValueError, "plan is for n_q = 300", lambda: fa_stages.masked_attention(q[:, :, :200], k, v, plan),
                  "masked_attention: a plan for other lengths")
+    expect_error(TypeError, "masked_attention (stage 12) takes torch.float16 or torch.bfloat16, not torch.float32",
+                 lambda: fa_stages.masked_attention(q.float(), k.float(), v.float(), plan), "masked_attention: float32")
     expect_error(ValueError, "no backward pass",
                  lambda: fa_stages.masked_attention(q.requires_grad_(), k, v, plan), "masked_attention: requires_grad")
     expect_error(ValueError, "sum to 200, not to N = 300",

@@ -138,8 +138,9 @@ def _auto_stage(dtype, device):
     return "08" if _hopper_here[key] else "07"
 
 
-def _check(q, k, v, causal, scale, stage):
-    """Raises ValueError or TypeError naming what is wrong; returns the stage to run."""
+def _check(q, k, v, causal, scale, stage, who=None):
+    """Raises ValueError or TypeError naming what is wrong (and `who` refuses a dtype, where it
+    is not "stage <stage>"); returns the stage to run."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError("fa_stages: %s must be a torch.Tensor, not %s" % (name, type(t).__name__))
@@ -173,8 +174,8 @@ def _check(q, k, v, causal, scale, stage):
     if stage not in FORWARD_STAGES:
         raise ValueError("fa_stages: no stage %r; choose \"auto\" or one of %s" % (stage, ", ".join(FORWARD_STAGES)))
     if q.dtype not in FORWARD_STAGES[stage]:
-        raise TypeError("fa_stages: stage %s takes %s, not %s"
-                        % (stage, " or ".join(str(t) for t in FORWARD_STAGES[stage]), q.dtype))
+        raise TypeError("fa_stages: %s takes %s, not %s"
+                        % (who or "stage " + stage, " or ".join(str(t) for t in FORWARD_STAGES[stage]), q.dtype))
     return stage
 
 
@@ -436,7 +437,7 @@ def masked_attention(q, k, v, plan, scale=None):
     pass: inputs that require grad are refused."""
     if not isinstance(plan, MaskPlan):
         raise TypeError("fa_stages: plan must be a MaskPlan, not %s" % type(plan).__name__)
-    _check(q, k, v, plan.causal, scale, "08")
+    _check(q, k, v, plan.causal, scale, "08", who="masked_attention (stage 12)")
     if any(t.requires_grad for t in (q, k, v)) and torch.is_grad_enabled():
         raise ValueError("fa_stages: masked_attention has no backward pass; call it under torch.no_grad()")
     if q.device != plan.device and not (q.device.type == plan.device.type == "cuda"

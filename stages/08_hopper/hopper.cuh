@@ -41,10 +41,12 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/errors.h"
+#include "common/problem.h"
 
 namespace fa::hopper {
 
@@ -124,6 +126,37 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
+}
+
+/// The tensor map of a [B, H, N, d] tensor of 16-bit values T (`__half` or `__nv_bfloat16`)
+/// at `base` with strides `s` (in elements), N = `n` and B, H, d from `p`: read in boxes of
+/// `rows` rows × 64 columns (128 bytes) with 128-byte swizzling; rows past N read as zeros.
+/// `stage` ("stage 08") begins the message of a stride TMA cannot follow.
+/// \throws InputError for a stride of 0; CudaError if the driver refuses the map.
+template <typename T>
+CUtensorMap tensor_map_4d(const void* base, const AttentionProblem& p, int64_t n, Strides s, int rows,
+                          const char* stage) {
+  // A stride along a dimension of size 1 is never followed: give it a value TMA takes.
+  if (n == 1) s.row = p.dim;
+  if (p.heads == 1) s.head = n * p.dim;
+  if (p.batch == 1) s.batch = p.heads * n * p.dim;
+  if (s.row == 0 || s.head == 0 || s.batch == 0) {
+    throw InputError(std::string(stage) + ": a stride of 0 (a broadcast tensor) cannot be read by TMA; copy the tensor");
+  }
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.dim), static_cast<cuuint64_t>(n),
+                              static_cast<cuuint64_t>(p.heads), static_cast<cuuint64_t>(p.batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.row) * 2, static_cast<cuuint64_t>(s.head) * 2,
+                                 static_cast<cuuint64_t>(s.batch) * 2};  // bytes
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint32_t step[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type =
+      std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult rc = tensor_map_encoder()(&map, type, 4, const_cast<void*>(base), dims, strides, box, step,
+                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
+  return map;
 }
 
 /// Copies the box at coordinates (c0, c1, c2) of the 3-D tensor `map` (a __grid_constant__

@@ -27,21 +27,29 @@ std::string BlockClasses::draw() const {
   return out;
 }
 
-BlockClasses classify(const AttentionProblem& p, const Mask& mask) {
+namespace {
+
+// Checks the mask against p and stage 12's limits, and returns each row's keys.
+std::vector<KeyRange> checked_ranges(const AttentionProblem& p, const Mask& mask) {
   mask.check(p);
   if (mask.blocks && (mask.blocks->block_q % Br != 0 || mask.blocks->block_kv % Bc != 0)) {
     throw InputError("stage 12: a block mask's blocks must be whole tiles: " + std::to_string(mask.blocks->block_q) +
                      "x" + std::to_string(mask.blocks->block_kv) + " is not a multiple of " + std::to_string(Br) + "x" +
                      std::to_string(Bc));
   }
+  const int64_t q_tiles = (p.seq_q + Br - 1) / Br, kv_tiles = (p.seq_kv + Bc - 1) / Bc;
+  if (q_tiles * kv_tiles > kMaxPlanBlocks) {
+    throw InputError("stage 12: " + std::to_string(q_tiles) + " x " + std::to_string(kv_tiles) +
+                     " blocks a head are more than a plan holds (" + std::to_string(kMaxPlanBlocks) + ")");
+  }
+  return mask.key_ranges(p);
+}
+
+// classify() on ranges from checked_ranges(p, mask).
+BlockClasses classify_ranges(const AttentionProblem& p, const Mask& mask, const std::vector<KeyRange>& keys) {
   BlockClasses c;
   c.q_tiles = (p.seq_q + Br - 1) / Br;
   c.kv_tiles = (p.seq_kv + Bc - 1) / Bc;
-  if (c.q_tiles * c.kv_tiles > kMaxPlanBlocks) {
-    throw InputError("stage 12: " + std::to_string(c.q_tiles) + " x " + std::to_string(c.kv_tiles) +
-                     " blocks a head are more than a plan holds (" + std::to_string(kMaxPlanBlocks) + ")");
-  }
-  const std::vector<KeyRange> keys = mask.key_ranges(p);
   c.kinds.assign(static_cast<size_t>(c.q_tiles * c.kv_tiles), BlockKind::empty);
   std::vector<int64_t> rows_at(static_cast<size_t>(c.kv_tiles + 1));  // rows of the Q tile seeing K tile j, as steps
   for (int64_t qt = 0; qt < c.q_tiles; ++qt) {
@@ -73,12 +81,19 @@ BlockClasses classify(const AttentionProblem& p, const Mask& mask) {
   return c;
 }
 
-Plan::Plan(const AttentionProblem& p, const Mask& mask) : classes_(classify(p, mask)) {
+}  // namespace
+
+BlockClasses classify(const AttentionProblem& p, const Mask& mask) {
+  return classify_ranges(p, mask, checked_ranges(p, mask));
+}
+
+Plan::Plan(const AttentionProblem& p, const Mask& mask) {
   if (p.seq_q > 2147483647 - Br || p.seq_kv > 2147483647 - Bc) throw InputError("stage 12: sequences too long");
+  const std::vector<KeyRange> ranges = checked_ranges(p, mask);
+  classes_ = classify_ranges(p, mask, ranges);
   seq_q_ = p.seq_q;
   seq_kv_ = p.seq_kv;
   causal_ = p.causal;
-  const std::vector<KeyRange> ranges = mask.key_ranges(p);
   std::vector<int> keys(2 * ranges.size());
   for (size_t i = 0; i < ranges.size(); ++i) {
     keys[2 * i] = static_cast<int>(std::max<int64_t>(ranges[i].first, 0));

@@ -60,6 +60,7 @@ namespace fa::hopper {
 
 constexpr int WG = 128;                  ///< threads of a warpgroup
 constexpr int BOX = 64;                  ///< columns of one TMA box: 64 16-bit values, one 128-byte swizzle row
+static_assert(BOX == 64, "hopper.cuh's tensor_map_4d reads boxes of 64 columns");
 constexpr int PRODUCER_REGS = 24;        ///< registers a producer thread keeps (setmaxnreg)
 constexpr float LOG2E = 1.4426950408889634f;  ///< scores are kept in base-2 units: s·scale·log2 e
 
@@ -475,33 +476,6 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
 
 namespace {
 
-/// The tensor map of a [B, H, N, D] tensor of 16-bit values with strides `s`, read in
-/// boxes of `rows` × 64 with 128-byte swizzling; rows past N read as zeros.
-template <typename T>
-CUtensorMap tensor_map(const void* base, const AttentionProblem& p, int64_t n, Strides s, int rows) {
-  // A stride along a dimension of size 1 is never followed: give it a value TMA takes.
-  if (n == 1) s.row = p.dim;
-  if (p.heads == 1) s.head = n * p.dim;
-  if (p.batch == 1) s.batch = p.heads * n * p.dim;
-  if (s.row == 0 || s.head == 0 || s.batch == 0) {
-    throw InputError("stage 08: a stride of 0 (a broadcast tensor) cannot be read by TMA; copy the tensor");
-  }
-  CUtensorMap map;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.dim), static_cast<cuuint64_t>(n),
-                              static_cast<cuuint64_t>(p.heads), static_cast<cuuint64_t>(p.batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.row) * 2, static_cast<cuuint64_t>(s.head) * 2,
-                                 static_cast<cuuint64_t>(s.batch) * 2};  // bytes
-  const cuuint32_t box[4] = {BOX, static_cast<cuuint32_t>(rows), 1, 1};
-  const cuuint32_t step[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type =
-      std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult rc = tensor_map_encoder()(&map, type, 4, const_cast<void*>(base), dims, strides, box, step,
-                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
-  return map;
-}
-
 template <class S>
 bool persistent_as(const AttentionProblem& p) {
   if constexpr (S::schedule != Schedule::by_shape) {
@@ -519,9 +493,9 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   if (p.seq_q > 2147483647 - BR || p.seq_kv > 2147483647 - Bc) throw InputError("stage 08: sequences too long");
   require_copyable(p, layout, "stage 08");
   const int64_t bh = p.batch_heads();
-  const CUtensorMap tq = tensor_map<T>(Q, p, p.seq_q, layout.q, BR);
-  const CUtensorMap tk = tensor_map<T>(K, p, p.seq_kv, layout.k, Bc);
-  const CUtensorMap tv = tensor_map<T>(V, p, p.seq_kv, layout.v, Bc);
+  const CUtensorMap tq = tensor_map_4d<T>(Q, p, p.seq_q, layout.q, BR, "stage 08");
+  const CUtensorMap tk = tensor_map_4d<T>(K, p, p.seq_kv, layout.k, Bc, "stage 08");
+  const CUtensorMap tv = tensor_map_4d<T>(V, p, p.seq_kv, layout.v, Bc, "stage 08");
   const int smem = Smem<D, S>::bytes;
   FA_CUDA_CHECK(cudaFuncSetAttribute(hopper_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 
