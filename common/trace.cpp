@@ -7,6 +7,8 @@ namespace {
 struct State {
   int64_t rows_per_head = 0;
   std::map<int64_t, BlockTrace> blocks;
+  std::map<std::string, LaneRecords> lanes;
+  std::map<std::string, std::vector<double>> tiles;
 };
 
 State& state() {
@@ -19,9 +21,18 @@ State& state() {
 void start(int64_t rows_per_head) {
   state().rows_per_head = rows_per_head;
   state().blocks.clear();
+  state().lanes.clear();
+  state().tiles.clear();
 }
 
 const std::map<int64_t, BlockTrace>& blocks() { return state().blocks; }
+const std::map<std::string, LaneRecords>& lanes() { return state().lanes; }
+const std::map<std::string, std::vector<double>>& tiles() { return state().tiles; }
+
+void record_lane(const std::string& name, int lane, LaneRecord r) { state().lanes[name].emplace(lane, std::move(r)); }
+void record_tile(const std::string& name, std::vector<double> values) {
+  state().tiles.emplace(name, std::move(values));
+}
 
 void record_event(int64_t block, Event e) { state().blocks[block].events.push_back(std::move(e)); }
 

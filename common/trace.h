@@ -18,10 +18,21 @@
  * passes in program order, and the per-row values of each step (j0, i0), which every
  * thread may record for its own rows (the threads that share a row record the same
  * value). Blocks run one at a time on the CPU backend, so no locking is needed.
+ *
+ * The tensor-core stages record what one warp holds instead: each lane of warp 0 in block 0
+ * keeps, under a name, the first fragment it passes (its registers' 16-bit or fp32 values,
+ * and the shared-memory offset it handed ldmatrix), and thread 0 keeps the first copy of a
+ * shared-memory tile as it lies:
+ *
+ *     FA_TRACE(fragment<T>("A = Q", a_row * S + a_col, a));   // after ldmatrix_x4(a, ...)
+ *     FA_TRACE(accumulators("S", s));                         // this lane's C fragments
+ *     FA_TRACE(tile("K", Kt, Bc * D));                         // the K tile as it lies
  */
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -48,11 +59,33 @@ struct BlockTrace {
   std::map<std::pair<int64_t, int64_t>, StepRows> steps;     ///< (j, i) → its rows' values
 };
 
+/// What one lane of warp 0 in block 0 recorded under a name (the first time only): an
+/// element offset it handed an instruction, if any, and values (a fragment's elements, in
+/// register order, the lower half of each register first).
+struct LaneRecord {
+  int64_t offset = -1;         ///< element offset from the tile's start, or −1
+  std::vector<double> values;  ///< the values, in register order
+};
+
+/// A name's records, lane by lane (0-31).
+using LaneRecords = std::map<int, LaneRecord>;
+
 /// Forgets everything recorded; later records keep rows below `rows_per_head` only
 /// (rows past the sequence, in a partial last tile, are left out).
 void start(int64_t rows_per_head);
 /// Everything recorded since start(), by block index.
 const std::map<int64_t, BlockTrace>& blocks();
+
+/// Everything warp 0 of block 0 recorded since start(), by name.
+const std::map<std::string, LaneRecords>& lanes();
+/// A tile of shared memory as thread 0 of block 0 first saw it, by name: its 16-bit elements
+/// in the order they lie.
+const std::map<std::string, std::vector<double>>& tiles();
+
+/// Keeps `r` as lane `lane`'s record under `name`, unless it already has one.
+void record_lane(const std::string& name, int lane, LaneRecord r);
+/// Keeps `values` as the tile `name`, unless there is one already.
+void record_tile(const std::string& name, std::vector<double> values);
 
 /// Appends an event to block `block`'s list.
 void record_event(int64_t block, Event e);
@@ -66,6 +99,9 @@ void record_value(int64_t block, int64_t j, int64_t i, int64_t row, const std::s
 #if !defined(FA_CPU_KERNEL)
 #error "FA_TRACE_KERNELS is for the CPU backend's copies of the kernels only"
 #endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 /// A trace point: calls fa::trace::call (here, in the tracer's copies of the kernels).
 #define FA_TRACE(call) ::fa::trace::call
@@ -97,6 +133,60 @@ template <int R, int C>
 inline void o_part(int64_t j, int64_t i, int64_t first, int col0, int col_step, int d, const float (&o)[R][C]) {
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) record_value(blockIdx.x, j, i, first + r, "o", col0 + c * col_step, d, o[r][c]);
+}
+
+/// Whether this thread is a lane of warp 0 in block 0: the one warp the lane views follow.
+inline bool first_warp() { return blockIdx.x == 0 && threadIdx.x < 32; }
+
+/// A 16-bit element as a double.
+inline double widen(__half x) { return __half2float(x); }
+inline double widen(__nv_bfloat16 x) { return __bfloat162float(x); }  ///< \overload
+
+/// A 16-bit value of type T (__half or __nv_bfloat16) in bits `b`, as a double.
+template <typename T>
+inline double from_bits(uint16_t b) {
+  T x;
+  static_assert(sizeof x == 2, "16-bit elements");
+  std::memcpy(&x, &b, 2);
+  return widen(x);
+}
+
+/// This lane's registers r[0..N) of 16-bit pairs (T), low half first, and the element
+/// offset it handed the instruction that filled them (ldmatrix), or −1: warp 0, first call.
+template <typename T, int N>
+inline void fragment(const char* name, int64_t offset, const uint32_t (&r)[N]) {
+  if (!first_warp()) return;
+  LaneRecord rec{offset, {}};
+  for (int i = 0; i < N; ++i) {
+    rec.values.push_back(from_bits<T>(static_cast<uint16_t>(r[i] & 0xffffu)));
+    rec.values.push_back(from_bits<T>(static_cast<uint16_t>(r[i] >> 16)));
+  }
+  record_lane(name, static_cast<int>(threadIdx.x), std::move(rec));
+}
+
+/// This lane's fp32 registers c[n][e], n-tile by n-tile (C fragments): warp 0, first call.
+template <int N, int E>
+inline void accumulators(const char* name, const float (&c)[N][E]) {
+  if (!first_warp()) return;
+  LaneRecord rec;
+  for (int n = 0; n < N; ++n)
+    for (int e = 0; e < E; ++e) rec.values.push_back(c[n][e]);
+  record_lane(name, static_cast<int>(threadIdx.x), std::move(rec));
+}
+
+/// A few scalars of this lane: warp 0, first call.
+inline void scalars(const char* name, std::initializer_list<double> v) {
+  if (first_warp()) record_lane(name, static_cast<int>(threadIdx.x), LaneRecord{-1, std::vector<double>(v)});
+}
+
+/// The `count` 16-bit elements (T) of a shared-memory tile as they lie: thread 0 of block 0,
+/// first call (call it after the barrier that makes the tile complete).
+template <typename T>
+inline void tile(const char* name, const T* at, int count) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  std::vector<double> v(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) v[static_cast<std::size_t>(i)] = widen(at[i]);
+  record_tile(name, std::move(v));
 }
 
 /// What HBM holds now for rows [first, first + count) of a head (thread 0 reads it): m,

@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
 """The "See it run" page in a real browser (headless Chromium through Selenium).
 
-Makes a fresh trace with the tracer, lays the page out beside it, opens it, steps through stage 02's online softmax and through blocks of stages 04 and 05, with and
-without the causal mask, and checks that every number the page shows is the trace's, that
-the kernels' outputs it shows match the float64 reference, and that the tiles it marks as
-skipped are those above the diagonal. Saves screenshots of what it checked.
+Makes a fresh trace with the tracer, lays the page out beside it, opens it and checks every
+view against the trace and against what is computed here:
+- stage 02's online softmax, step by step;
+- blocks of stages 04 and 05, with and without the causal mask: every number shown is the
+  trace's, the outputs match float64, the tiles marked skipped are those above the diagonal;
+- HBM bytes: each block's reads and writes are its events' bytes, and without the mask the
+  totals are each stage's IO model exactly;
+- stage 06's fragments: every register of warp 0 sits where the PTX ISA's layouts put it and
+  holds Q, K, V, S or P there; each lane's row max and the two shuffles; ldmatrix's addresses;
+- stage 07's swizzle: where each chunk of K lies, the lanes' addresses and their bank
+  conflicts (none swizzled, 8-way in plain rows).
+Saves screenshots of what it checked. With --plants, plants a bug in each view's script
+instead (PLANTS) and passes only if each is caught.
 
-    test_see_it_run.py --tracer BUILD/bin/see_it_run_trace --out DIR [--screenshots DIR]
+    test_see_it_run.py --tracer BUILD/bin/see_it_run_trace --out DIR [--screenshots DIR] [--plants]
     test_see_it_run.py --page BUILD/see-it-run      # a page already laid out with its trace
 
 Exits 77 (CTest: skipped) when Selenium, Chromium or ChromeDriver is missing:
@@ -17,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -50,13 +60,14 @@ def close(a, b, rel=2e-6, abs_=1e-9):
 
 
 class Failures:
-    def __init__(self):
+    def __init__(self, quiet=False):
         self.count = 0
+        self.quiet = quiet
 
     def check(self, ok, what):
         if not ok:
             self.count += 1
-            if self.count <= 20:
+            if self.count <= 20 and not self.quiet:
                 print(f"FAILED: {what}")
         return ok
 
@@ -187,12 +198,272 @@ def check_block(d, by, trace, stage, causal, block, row, f):
             f"{sorted(expect)}")
 
 
+# ---- HBM bytes (stages 04, 05) -------------------------------------------------------------
+ROW_ELEMS = {"Q": None, "K": None, "V": None, "O": None, "m": 1, "l": 1, "lse": 1}
+
+
+def event_bytes(e, dim):
+    """Bytes of a load or store event, counted here: its rows times each tensor's fp32 row."""
+    return sum(e["count"] * (dim if ROW_ELEMS[name] is None else ROW_ELEMS[name]) * 4 for name in e["what"].split(", "))
+
+
+def model_bytes(stage, P):
+    """Each stage's IO model, written out here independently of the tracer's hbm_bytes_model()."""
+    bh, nq, nkv, d = P["batch"] * P["heads"], P["seq_q"], P["seq_kv"], P["dim"]
+    if stage == "04_flash1":
+        kv_tiles = -(-nkv // P["Bc"])
+        return bh * (2 * nkv * d * 4 + kv_tiles * (3 * nq * d * 4 + 4 * nq * 4) + nq * d * 4 + 2 * nq * 4)
+    q_tiles = -(-nq // P["Br"])
+    return bh * (nq * d * 4 + q_tiles * 2 * nkv * d * 4 + nq * d * 4 + nq * 4)
+
+
+def check_hbm(d, by, trace, f, shots):
+    P = trace["problem"]
+    d.find_element(by.ID, "tab-hbm").click()
+    for causal in (False, True):
+        box = d.find_element(by.ID, "hbm-causal")
+        if box.is_selected() != causal:
+            box.click()
+        for stage in ("04_flash1", "05_flash2"):
+            run = run_of(trace, stage, causal)
+            total = 0
+            for b in run["blocks"]:
+                read = sum(event_bytes(e, P["dim"]) for e in b["events"] if e["op"] == "load")
+                written = sum(event_bytes(e, P["dim"]) for e in b["events"] if e["op"] == "store")
+                total += read + written
+                row = d.find_element(by.CSS_SELECTOR, f"#hbm-{stage} tr.hbm-block[data-block='{b['block']}']")
+                for name, want in (("read", read), ("written", written)):
+                    got = float(row.find_element(by.CSS_SELECTOR, f"td.{name}").get_attribute("data-value"))
+                    f.check(got == want, f"hbm {stage} causal={causal} block {b['block']}: {name} shows {got}, "
+                            f"the trace's events make {want}")
+            shown_total = float(d.find_element(by.CSS_SELECTOR, f"#hbm-{stage} .hbm-trace-total").get_attribute("data-value"))
+            f.check(shown_total == total, f"hbm {stage} causal={causal}: total shows {shown_total}, the events make {total}")
+            shown_model = float(d.find_element(by.CSS_SELECTOR, f"#hbm-{stage} .hbm-model").get_attribute("data-value"))
+            want_model = model_bytes(stage, P)
+            f.check(shown_model == run["model_bytes"] == want_model,
+                    f"hbm {stage}: the model shows {shown_model}, the trace has {run['model_bytes']}, the formula {want_model}")
+            # Without the mask the kernel moves exactly what its model says; with it, less.
+            f.check(total == want_model if not causal else total < want_model,
+                    f"hbm {stage} causal={causal}: the trace moves {total} bytes, the model says {want_model}")
+            # The running count of the block shown: its last line is the block's totals.
+            first = run["blocks"][0]
+            cells = d.find_elements(by.CSS_SELECTOR, f"#hbm-{stage} table.hbm-steps tr td.read")
+            moves = [e for e in first["events"] if e["op"] in ("load", "store")]
+            f.check(len(cells) == len(moves), f"hbm {stage}: {len(cells)} lines for {len(moves)} loads and stores")
+        if not causal:
+            d.find_element(by.ID, "view-hbm").screenshot(os.path.join(shots, "see-it-run-hbm.png"))
+
+
+# ---- fragments (stage 06) -------------------------------------------------------------------
+def a_at(lane, e):
+    """The PTX ISA's A layout of mma.m16n8k16 (row, column) of element e of a lane's registers."""
+    g, t, i = lane // 4, lane % 4, e // 2
+    return g + 8 * (i % 2), 2 * t + e % 2 + 8 * (i // 2)
+
+
+def b_at(lane, e):
+    """B (k, n); registers 2 and 3 of an ldmatrix.x4 are the next n-tile's b0, b1."""
+    g, t, i = lane // 4, lane % 4, e // 2
+    return 2 * t + e % 2 + 8 * (i % 2), g + 8 * (i // 2)
+
+
+def c_at(lane, e):
+    """C (row, column) of fp32 element e, n-tile e // 4."""
+    g, t = lane // 4, lane % 4
+    return g + 8 * (e // 2 % 2), 2 * t + e % 2 + 8 * (e // 4)
+
+
+def fp16(x):
+    """x, a float32 written with nine digits, as the float32 it was, rounded to fp16 (ties to even)."""
+    x = struct.unpack("<f", struct.pack("<f", x))[0]
+    return struct.unpack("<e", struct.pack("<e", x))[0]
+
+
+def same(a, b):
+    """Whether two numbers agree to the nine significant digits the trace keeps."""
+    return abs(a - b) <= 5e-9 * max(abs(a), abs(b))
+
+
+def cells(d, selector):
+    """Every element matching `selector`, as its data-* attributes (one round trip to the browser)."""
+    return d.execute_script("return [...document.querySelectorAll(arguments[0])].map((e) => Object.assign("
+                            "{mine: e.classList.contains('mine'), read: e.classList.contains('read')}, e.dataset));",
+                            selector)
+
+
+def check_fragments(d, by, trace, f, shots):
+    F = trace["fragments"]
+    L = {name: {r["lane"]: r for r in recs} for name, recs in F["lanes"].items()}
+    Q, K, V = F["q"], F["k"], F["v"]
+    S = [[sum(Q[r][k] * K[c][k] for k in range(F["dim"])) for c in range(F["Bc"])] for r in range(16)]
+    # The kernel's registers against the matrices, through the ISA's layouts (no page yet).
+    for lane in range(32):
+        for e, x in enumerate(L["A = Q"][lane]["values"]):
+            r, c = a_at(lane, e)
+            f.check(x == Q[r][c], f"trace: lane {lane} A = Q element {e} is {x}, Q[{r}][{c}] is {Q[r][c]}")
+        for e, x in enumerate(L["B = K"][lane]["values"]):
+            k, n = b_at(lane, e)
+            f.check(x == K[n][k], f"trace: lane {lane} B = K element {e} is {x}, K[{n}][{k}] is {K[n][k]}")
+        for e, x in enumerate(L["B = V"][lane]["values"]):
+            k, n = b_at(lane, e)
+            f.check(x == V[k][n], f"trace: lane {lane} B = V element {e} is {x}, V[{k}][{n}] is {V[k][n]}")
+        for e, x in enumerate(L["S"][lane]["values"]):
+            r, c = c_at(lane, e)
+            f.check(abs(x - S[r][c]) <= 1e-4 * max(1.0, abs(S[r][c])), f"trace: lane {lane} S[{r}][{c}] is {x}, float64 {S[r][c]}")
+        for e, x in enumerate(L["A = P"][lane]["values"]):  # k-step 0: P's n-tiles 0 and 1
+            r, c = a_at(lane, e)
+            p = next(v for e2, v in enumerate(L["P"][lane]["values"]) if c_at(lane, e2) == (r, c))
+            f.check(same(x, fp16(p)), f"trace: lane {lane} A = P element {e} is {x}, P there is {p} (fp16 {fp16(p)})")
+        # A row's scores live in its quad: the lane's own max is over its columns of S.
+        own = max(S[lane // 4][c] * F["scale_log2"] for c in range(F["Bc"]) if c % 8 // 2 == lane % 4)
+        got = L["row max g"][lane]["values"][0]
+        f.check(abs(got - own) <= 1e-4 * max(1.0, abs(own)), f"trace: lane {lane}'s own max is {got}, its columns give {own}")
+        row_max = max(S[lane // 4][c] * F["scale_log2"] for c in range(F["Bc"]))
+        got = L["row max g"][lane]["values"][1]
+        f.check(abs(got - row_max) <= 1e-4 * max(1.0, abs(row_max)), f"trace: lane {lane}'s m_new is {got}, row max {row_max}")
+
+    d.find_element(by.ID, "tab-fragments").click()
+    grids = {"frag-a": ("A = Q", a_at, lambda r, c: Q[r][c], 8),
+             "frag-b": ("B = K", b_at, lambda k, n: K[n][k], 4),
+             "frag-c": ("S", c_at, None, 4),
+             "frag-pc": ("P", c_at, None, 8),
+             "frag-pa": ("A = P", a_at, None, 8)}
+    for lane in (0, 4, 9, 14, 19, 22, 27, 31):  # a lane of every quad: every row's max
+        d.find_element(by.ID, f"frag-lane-{lane}").click()
+        for grid, (name, at, source, mine_count) in grids.items():
+            shown_cells = cells(d, f"#{grid} td.cell")
+            f.check(len(shown_cells) in (128, 256), f"fragments {grid}: {len(shown_cells)} cells")
+            for cell in shown_cells:
+                r, c = int(cell["row"]), int(cell["col"])
+                holder, value = int(cell["lane"]), float(cell["value"])
+                es = [e for e in range(len(L[name][holder]["values"])) if at(holder, e) == (r, c)]
+                f.check(len(es) == 1 and L[name][holder]["values"][es[0]] == value,
+                        f"fragments {grid} ({r}, {c}): the page says lane {holder} holds {value}; by the ISA's layout it "
+                        f"holds {[L[name][holder]['values'][e] for e in es]}")
+                if source is not None:
+                    f.check(value == source(r, c), f"fragments {grid} ({r}, {c}) shows {value}, the matrix has {source(r, c)}")
+            mine = [int(c["lane"]) for c in shown_cells if c["mine"]]
+            f.check(mine == [lane] * mine_count, f"fragments {grid}: lane {lane} is shown holding {len(mine)} cells "
+                    f"(of lanes {sorted(set(mine))}), not {mine_count}")
+        # The quad's max: each lane's own, the two shuffles, the kernel's m_new.
+        quad = [4 * (lane // 4) + k for k in range(4)]
+        own = [L["row max g"][n]["values"][0] for n in quad]
+        x1 = [max(own[k], own[k ^ 1]) for k in range(4)]
+        x2 = [max(x1[k], x1[k ^ 2]) for k in range(4)]
+        for cls, want in (("own", own), ("x1", x1), ("x2", x2)):
+            got = [float(c.get_attribute("data-value")) for c in d.find_elements(by.CSS_SELECTOR, f"#frag-rowmax td.{cls}")]
+            f.check(got == want, f"fragments row max of row {lane // 4}: {cls} shows {got}, want {want}")
+        kernel = [float(c.get_attribute("data-value")) for c in d.find_elements(by.CSS_SELECTOR, "#frag-rowmax td.kernel")]
+        f.check(kernel == x2, f"fragments row max of row {lane // 4}: two shuffles give {x2}, the kernel had {kernel}")
+        if lane == 9:
+            d.find_element(by.ID, "view-fragments").screenshot(os.path.join(shots, "see-it-run-fragments.png"))
+    # ldmatrix: the row address each lane handed it, as the kernel computed it.
+    want = {"A = Q": lambda n: (n % 8 + 8 * (n // 8 % 2), 8 * (n // 16)),
+            "B = K": lambda n: (n % 8 + 8 * (n // 16), 8 * (n // 8 % 2)),
+            "B = V": lambda n: (n % 8 + 8 * (n // 8 % 2), 8 * (n // 16))}
+    addresses = cells(d, "#frag-ldmatrix td.addr")
+    f.check(len(addresses) == 96, f"fragments ldmatrix: {len(addresses)} addresses shown, not 32 lanes x 3")
+    for cell in addresses:
+        n, name = int(cell["lane"]), cell["name"]
+        got = (int(cell["row"]), int(cell["col"]))
+        f.check(got == want[name](n), f"fragments ldmatrix: lane {n} {name} shows {got}, lane {n} gives {want[name](n)}")
+        off = L[name][n]["offset"]
+        f.check(got == (off // F["stride"], off % F["stride"]), f"fragments ldmatrix: lane {n} {name}: offset {off}")
+
+
+# ---- the swizzle (stage 07) -----------------------------------------------------------------
+def check_swizzle(d, by, trace, f, shots):
+    d.find_element(by.ID, "tab-swizzle").click()
+    for run in trace["swizzle"]:
+        chunks = run["dim"] // 8
+        # Where each chunk (row r, chunk c) lies: c ^ (r % 8) in its row when swizzled (d = 64).
+        for place, (r, c) in enumerate(run["places"]):
+            pos = c ^ (r % 8) if run["variant"] == "tuned" else c
+            f.check(place == r * chunks + pos, f"swizzle {run['variant']}: place {place} holds K row {r} chunk {c}")
+    for matrix in range(4):
+        d.find_element(by.ID, f"swz-matrix-{matrix}").click()
+        for run in trace["swizzle"]:
+            v = run["variant"]
+            lanes = run["lanes"]["B = K"][8 * matrix:8 * matrix + 8]
+            for rec in lanes:  # the registers each lane received: row lane / 4 of every matrix
+                n = rec["lane"]
+                for e, x in enumerate(rec["values"]):
+                    i = e // 2
+                    key, col = 8 * (i // 2) + n // 4, 8 * (i % 2) + 2 * (n % 4) + e % 2
+                    want_x = run["k"][key][col]
+                    f.check(x == want_x, f"swizzle {v}: lane {n} element {e} is {x}, K[{key}][{col}] is {want_x}")
+            groups = [(rec["offset"] * 2 // 16) % 8 for rec in lanes]
+            ways = max(groups.count(g) for g in groups)
+            f.check(ways == (1 if v == "tuned" else 8), f"swizzle {v} matrix {matrix}: the addresses make a {ways}-way conflict")
+            shown = d.find_element(by.CSS_SELECTOR, f"#swz-col-{v} .conflicts")
+            f.check(int(shown.get_attribute("data-ways")) == ways and int(shown.get_attribute("data-groups")) == len(set(groups)),
+                    f"swizzle {v} matrix {matrix}: the page says {shown.text!r}; the addresses make {ways} ways "
+                    f"in {len(set(groups))} groups")
+            chunks = run["dim"] // 8
+            shown_cells = cells(d, f"#swz-{v} td.chunk")
+            read = sorted(int(c["place"]) for c in shown_cells if c["read"])
+            f.check(read == sorted(rec["offset"] // 8 for rec in lanes), f"swizzle {v} matrix {matrix}: cells marked read {read}")
+            f.check(len(shown_cells) == 16 * chunks, f"swizzle {v}: {len(shown_cells)} places shown")
+            for cell in shown_cells:
+                place = int(cell["place"])
+                got = [int(cell["keyRow"]), int(cell["chunk"])]
+                f.check(got == run["places"][place], f"swizzle {v}: place {place} shows {got}, the trace {run['places'][place]}")
+        if matrix == 0:
+            d.find_element(by.ID, "view-swizzle").screenshot(os.path.join(shots, "see-it-run-swizzle.png"))
+
+
+# Planted bugs, one a view: a change to the page's script that the view's check must catch.
+PLANTS = [
+    ("softmax", "alpha shows exp(x - m)", 'num(s.alpha, "alpha")', 'num(s.term, "alpha")', check_softmax),
+    ("grids", "stage 05 marks every other tile skipped", "for (let j = e.j; j < P.seq_kv; j += P.Bc)",
+     "for (let j = e.j; j < P.seq_kv; j += 2 * P.Bc)", None),
+    ("hbm", "m and l counted as 0 bytes", "O: P.dim, m: 1, l: 1", "O: P.dim, m: 0, l: 0", check_hbm),
+    ("fragments", "A's registers a1 and a2 swapped", "return [(lane >> 2) + 8 * (i % 2), 2 * (lane % 4) + (e & 1) + 8 * (i >> 1)]",
+     "return [(lane >> 2) + 8 * (i >> 1), 2 * (lane % 4) + (e & 1) + 8 * (i % 2)]", check_fragments),
+    ("fragments", "the second shuffle is xor 1 again", "Math.max(v, x1[k ^ 2])", "Math.max(v, x1[k ^ 1])", check_fragments),
+    ("swizzle", "banks from element offsets, not bytes", "Math.floor(offset * 2 / 16) % 8", "Math.floor(offset / 16) % 8",
+     check_swizzle),
+]
+
+
+def check_grids(d, by, trace, f, shots):
+    P = trace["problem"]
+    d.find_element(by.ID, "tab-grids").click()
+    d.find_element(by.ID, "mask-causal").click()
+    check_block(d, by, trace, "05_flash2", True, 0, 5, f)
+
+
+def run_plants(d, by, page, trace):
+    """Each planted bug on a copy of the page: the view's check must fail. Returns the misses."""
+    missed = 0
+    with open(os.path.join(page, "see-it-run.js")) as fh:
+        script = fh.read()
+    for n, (view, what, old, new, check) in enumerate(PLANTS):
+        if script.count(old) != 1:
+            print(f"FAILED: plant '{what}': the script no longer has {old!r} once")
+            missed += 1
+            continue
+        copy = os.path.join(page, f"plant{n}")
+        os.makedirs(copy, exist_ok=True)
+        for name in ("see-it-run.html", "see-it-run.css", "trace.js"):
+            shutil.copyfile(os.path.join(page, name), os.path.join(copy, name))
+        with open(os.path.join(copy, "see-it-run.js"), "w") as fh:
+            fh.write(script.replace(old, new))
+        d.get("file://" + os.path.abspath(os.path.join(copy, "see-it-run.html")))
+        f = Failures(quiet=True)
+        (check or check_grids)(d, by, trace, f, copy)
+        print(f"{'caught' if f.count else 'MISSED'}: {view}: {what} ({f.count} checks failed)")
+        missed += f.count == 0
+    return missed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tracer", help="see_it_run_trace: make a fresh trace and lay the page out in --out")
     ap.add_argument("--out", help="with --tracer: the folder for the page, its trace and the screenshots")
     ap.add_argument("--page", help="without --tracer: the folder with see-it-run.html and trace.json")
     ap.add_argument("--screenshots", default=None, help="where to save screenshots (default: the page's folder)")
+    ap.add_argument("--plants", action="store_true", help="instead: plant a bug in each view's script, expect each caught")
     args = ap.parse_args()
     if args.tracer:
         if not args.out:
@@ -214,6 +485,13 @@ def main():
         return SKIP
     from selenium.webdriver.common.by import By
     f = Failures()
+    if args.plants:
+        try:
+            missed = run_plants(d, By, args.page, trace)
+        finally:
+            d.quit()
+        print(f"{len(PLANTS) - missed} of {len(PLANTS)} planted bugs caught")
+        return 1 if missed else 0
     try:
         d.get("file://" + os.path.abspath(os.path.join(args.page, "see-it-run.html")))
         f.check("seed" in d.find_element(By.ID, "trace-source").text, "the page did not load the trace")
@@ -231,6 +509,9 @@ def main():
         check_block(d, By, trace, "05_flash2", True, 0, 5, f)
         check_block(d, By, trace, "04_flash1", True, P["heads"] - 1, ragged_row, f)
         d.find_element(By.ID, "view-grids").screenshot(os.path.join(shots, "see-it-run-causal.png"))
+        check_hbm(d, By, trace, f, shots)
+        check_fragments(d, By, trace, f, shots)
+        check_swizzle(d, By, trace, f, shots)
 
         errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
         f.check(not errors, f"the page logged errors: {errors}")

@@ -12,9 +12,13 @@
  * The trace (see see_it_run_trace.cpp):
  *   problem  {batch, heads, seq_q, seq_kv, dim, scale, seed, Br, Bc}
  *   softmax  {x, steps: [{x, m, alpha, term, l}], m, l, p, kernel: {m, l, p}, reference: {m, l, p}}
- *   runs     [{stage, causal, blocks: [{block, batch, head, q_tile?, events: [...]}], o, reference}]
+ *   runs     [{stage, causal, model_bytes, blocks: [{block, batch, head, q_tile?, events: [...]}], o, reference}]
  *   events   {op: "load"|"store", what, first, count} or {op: "step"|"skip", j, i, rows?}
  *            where a step's rows are {row: {m, l, alpha | m_tile, l_tile, o: [d]}}
+ *   fragments  {stage, dtype, dim, Bc, stride, scale_log2, q, k, v, lanes: {name: [{lane, offset, values}] × 32}}
+ *              stage 06's warp 0: "A = Q", "B = K", "B = V" (ldmatrix: offset, 8 values), "S", "P" (C
+ *              fragments, Bc/2 values), "row max g" ([own max, m_new]), "A = P" (8 values)
+ *   swizzle  [{variant, dim, rows, places: [[K row, chunk]] a 16-byte place, k, lanes: {"B = K": [...]}}]
  */
 "use strict";
 
@@ -258,6 +262,7 @@ const SeeItRun = (() => {
       switch (e.op) {
         case "load":
           if (e.what === "m, l") return `Read m and l of ${rowsText(e.first, e.count)} from HBM into registers.`;
+          if (e.what === "O") return `Read O of ${rowsText(e.first, e.count)} from HBM into registers, to merge with this tile's.`;
           return `Load ${e.what} ${rowsText(e.first, e.count)} from HBM into shared memory.`;
         case "store":
           if (this.stage.state === "HBM" && this.k === 1) {
@@ -393,11 +398,284 @@ const SeeItRun = (() => {
     }
   }
 
+  // ---- view 3: HBM bytes, stages 04 and 05 ----------------------------------------------
+  /** Bytes one load or store event moves: its rows times each tensor's bytes a row (fp32). */
+  function eventBytes(e, P) {
+    const perRow = {Q: P.dim, K: P.dim, V: P.dim, O: P.dim, m: 1, l: 1, lse: 1};
+    return e.what.split(", ").reduce((sum, name) => sum + e.count * perRow[name] * 4, 0);
+  }
+
+  /** Bytes read and written by each block of a run, and the running count of one block. */
+  function hbmCounts(run, P) {
+    return run.blocks.map((b) => {
+      let read = 0, written = 0;
+      const steps = b.events.filter((e) => e.op === "load" || e.op === "store").map((e) => {
+        const n = eventBytes(e, P);
+        if (e.op === "load") read += n; else written += n;
+        return {e, n, read, written};
+      });
+      return {block: b, read, written, steps};
+    });
+  }
+
+  const HBM_MODELS = {
+    "04_flash1": "B·H·( 2·Nkv·d·4  [K, V once]  +  ⌈Nkv/Bc⌉·( 3·Nq·d·4  [Q read, O read and written]  +  " +
+      "4·Nq·4  [m, l read and written] )  +  Nq·d·4 + 2·Nq·4  [the first O, m, l] )",
+    "05_flash2": "B·H·( Nq·d·4  [Q]  +  ⌈Nq/Br⌉·2·Nkv·d·4  [K, V for every Q tile]  +  Nq·d·4  [O]  +  Nq·4  [lse] )",
+  };
+
+  function renderHbm(root, trace) {
+    const P = trace.problem;
+    root.append(el("h2", {}, "HBM bytes: FlashAttention-1 against -2"),
+      el("p", {}, "Every load and store each block made, in bytes (fp32: 4 bytes an element), counted from the " +
+        "kernels' traces, beside the IO model each stage's hbm_bytes_model() gives. Stage 04 reads and " +
+        "writes O, m and l of every Q tile once per K/V tile; stage 05 reads K and V once per Q tile and " +
+        "writes O once."));
+    const mask = el("input", {type: "checkbox", id: "hbm-causal"});
+    root.append(el("p", {class: "controls"}, el("label", {}, mask, " causal mask (tiles above the diagonal are skipped: " +
+      "the model still counts them)")));
+    const columns = el("div", {class: "columns"});
+    root.append(columns);
+    const selected = {"04_flash1": 0, "05_flash2": 0};
+
+    function draw() {
+      columns.replaceChildren();
+      for (const stage of STAGES) {
+        const run = trace.runs.find((r) => r.stage === stage.id && r.causal === mask.checked);
+        const counts = hbmCounts(run, P);
+        const read = counts.reduce((s, c) => s + c.read, 0), written = counts.reduce((s, c) => s + c.written, 0);
+        const col = el("div", {class: "column", id: `hbm-${stage.id}`});
+        const table = el("table", {class: "steps hbm-blocks"},
+          el("tr", {}, ["block", "", "read", "written"].map((h) => el("th", {}, h))),
+          counts.map((c, n) => el("tr", {class: "hbm-block" + (n === selected[stage.id] ? " current" : ""),
+            "data-block": c.block.block, onclick: () => { selected[stage.id] = n; draw(); }},
+            el("td", {}, c.block.block), el("td", {class: "note"}, stage.blockName(c.block)),
+            num(c.read, "read"), num(c.written, "written"))),
+          el("tr", {class: "hbm-total"}, el("th", {}, "all"), el("th", {}, ""), num(read, "read"), num(written, "written")));
+        const total = read + written;
+        const ratio = total / run.model_bytes;
+        col.append(el("h3", {}, stage.title), table,
+          el("p", {}, "Trace: ", el("b", {class: "hbm-trace-total", "data-value": String(total)}, `${total} bytes`),
+            ". The model: ", el("b", {class: "hbm-model", "data-value": String(run.model_bytes)}, `${run.model_bytes} bytes`),
+            ` (trace / model = ${ratio.toFixed(4)})`),
+          el("p", {class: "formula hbm-formula"}, HBM_MODELS[stage.id]),
+          el("p", {class: "note"}, `with B = ${P.batch}, H = ${P.heads}, Nq = ${P.seq_q}, Nkv = ${P.seq_kv}, d = ${P.dim}, ` +
+            `Br = ${P.Br}, Bc = ${P.Bc}.`));
+        const c = counts[selected[stage.id]];
+        col.append(el("h4", {}, `Block ${c.block.block} (click another above), load by load`),
+          el("div", {class: "scroll"}, el("table", {class: "steps hbm-steps"},
+            el("tr", {}, ["", "rows", "bytes", "read so far", "written so far"].map((h) => el("th", {}, h))),
+            c.steps.map((s) => el("tr", {class: s.e.op},
+              el("td", {}, `${s.e.op} ${s.e.what}`), el("td", {}, rowsText(s.e.first, s.e.count)),
+              num(s.n, "bytes"), num(s.read, "read"), num(s.written, "written"))))));
+        columns.append(col);
+      }
+    }
+    mask.addEventListener("change", draw);
+    draw();
+  }
+
+  // ---- view 4: fragments of one mma.sync (stage 06) ------------------------------------
+  // The PTX ISA's layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4), element e of a
+  // lane's registers in order (two 16-bit elements a register, the lower first):
+  const LAYOUT = {
+    // A 16×16: register i holds row g + 8·(i % 2), columns 2t + 8·(i / 2) and the next.
+    A: (lane, e) => { const i = e >> 1; return [(lane >> 2) + 8 * (i % 2), 2 * (lane % 4) + (e & 1) + 8 * (i >> 1)]; },
+    // B 16×8 (k × n): register i holds column (n) g, rows (k) 2t + 8·i and the next; an
+    // ldmatrix.x4 of K fills two n-tiles, registers 2 and 3 being the second's b0, b1.
+    B: (lane, e) => { const i = e >> 1; return [2 * (lane % 4) + (e & 1) + 8 * (i % 2), (lane >> 2) + 8 * (i >> 1)]; },
+    // C 16×8 fp32, one value a register: c0, c1 row g, c2, c3 row g + 8, columns 2t and 2t + 1;
+    // n-tile n's four follow n-tile n − 1's (s[n][0..3] in the kernel), 8 columns further on.
+    C: (lane, e) => [(lane >> 2) + 8 * ((e >> 1) & 1), 2 * (lane % 4) + (e & 1) + 8 * (e >> 2)],
+  };
+  const REG = {
+    A: (e) => `a${e >> 1} ${e & 1 ? "hi" : "lo"}`,
+    B: (e) => `b${(e >> 1) % 2} ${e & 1 ? "hi" : "lo"}` + (e >= 4 ? " (n-tile 1)" : ""),
+    C: (e) => `c${e % 4}` + (e >= 4 ? ` (n-tile ${e >> 2})` : ""),
+  };
+  const QUAD_COLOURS = ["#fbb4ae", "#b3cde3", "#ccebc5", "#decbe4", "#fed9a6", "#ffffcc", "#e5d8bd", "#fddaec"];
+
+  /** A matrix as a table: cell (r, c) filled by fill(r, c) → {lane, reg, value} or null. */
+  function matrixTable(id, rows, cols, fill, selectedLane, rowLabel, colLabel) {
+    const table = el("table", {class: "matrix", id});
+    table.append(el("tr", {}, el("th", {}, `${rowLabel} \\ ${colLabel}`), [...Array(cols).keys()].map((c) => el("th", {}, c))));
+    for (let r = 0; r < rows; ++r) {
+      const tr = el("tr", {}, el("th", {}, r));
+      for (let c = 0; c < cols; ++c) {
+        const f = fill(r, c);
+        tr.append(f === null ? el("td", {}, "") : el("td", {class: "cell" + (f.lane === selectedLane ? " mine" : ""),
+          style: `background: ${f.lane === selectedLane ? "" : QUAD_COLOURS[f.lane >> 2]}`,
+          "data-row": r, "data-col": c, "data-lane": f.lane, "data-reg": f.reg, "data-value": String(f.value),
+          title: `lane ${f.lane}, ${f.reg}: ${fmt(f.value)}`}, f.lane === selectedLane ? fmt(f.value) : f.lane));
+      }
+      table.append(tr);
+    }
+    return table;
+  }
+
+  /** Where each lane's values sit under layout `kind` (A, B or C): grid[r][c] = {lane, reg, value}. */
+  function placeFragments(records, kind, rows, cols) {
+    const grid = [...Array(rows)].map(() => Array(cols).fill(null));
+    for (const rec of records) {
+      rec.values.forEach((value, e) => {
+        const [r, c] = LAYOUT[kind](rec.lane, e);
+        if (r < rows && c < cols) grid[r][c] = {lane: rec.lane, reg: REG[kind](e), value};
+      });
+    }
+    return grid;
+  }
+
+  function renderFragments(root, trace) {
+    const F = trace.fragments, L = F.lanes;
+    let lane = 0;
+    root.append(el("h2", {}, "Fragments: one warp's mma.sync.m16n8k16 (stage 06)"),
+      el("p", {}, `Warp 0 of block 0 of stage 06 (fp16, d = ${F.dim}, Bc = ${F.Bc}) on its first K/V tile: what each of ` +
+        "its 32 lanes held, from the kernel's own registers on the CPU backend, which follows the PTX ISA's layouts " +
+        "(proven against the H100). Cells show the lane that holds them (coloured by quad, the four lanes with the same " +
+        "g = lane / 4); pick a lane to see its values."));
+    const picker = el("div", {class: "lanes", id: "frag-lanes"});
+    const body = el("div");
+    root.append(picker, body);
+
+    function draw() {
+      picker.replaceChildren(...[...Array(32).keys()].map((n) => el("button", {class: "lane" + (n === lane ? " selected" : ""),
+        id: `frag-lane-${n}`, style: `background: ${n === lane ? "" : QUAD_COLOURS[n >> 2]}`, onclick: () => { lane = n; draw(); }}, n)));
+      body.replaceChildren();
+      const g = lane >> 2, t = lane % 4;
+      body.append(el("p", {class: "status", id: "frag-status"}, `Lane ${lane}: g = ${g}, t = ${t}. It holds rows ${g} and ` +
+        `${g + 8} of A and C (columns ${2 * t}, ${2 * t + 1}, and ${2 * t + 8}, ${2 * t + 9} of A), and column ${g} of B.`));
+
+      // 1. The three operands of the first product: A = Q (k-step 0), B = K (n-tile 0), C = S (n-tile 0).
+      const a = placeFragments(L["A = Q"], "A", 16, 16);
+      const b = placeFragments(L["B = K"], "B", 16, 8);
+      const cGrid = placeFragments(L.S, "C", 16, 8);
+      body.append(el("h3", {}, "Who holds what: A (Q, 16 × 16), B (Kᵀ, 16 × 8), C (S, 16 × 8)"),
+        el("div", {class: "pictures"},
+          el("figure", {}, matrixTable("frag-a", 16, 16, (r, c) => a[r][c], lane, "row", "k"),
+            el("figcaption", {}, "A = Q rows 0-15, d 0-15: four registers a lane, a0-a3")),
+          el("figure", {}, matrixTable("frag-b", 16, 8, (r, c) => b[r][c], lane, "k", "n"),
+            el("figcaption", {}, "B = Kᵀ, d 0-15 × keys 0-7: b0, b1")),
+          el("figure", {}, matrixTable("frag-c", 16, 8, (r, c) => cGrid[r][c], lane, "row", "key"),
+            el("figcaption", {}, `C = S, rows 0-15 × keys 0-7, after all ${F.dim / 16} k-steps (fp32): c0-c3`))));
+
+      // 2. ldmatrix: the row address each lane handed it.
+      const addr = (name, n) => { const o = L[name][n].offset; return [Math.floor(o / F.stride), o % F.stride]; };
+      body.append(el("h3", {}, "ldmatrix: lane 8·i + r hands the address of row r of matrix i"),
+        el("p", {class: "note"}, `Tiles in shared memory have rows of ${F.stride} elements (d + 8: the padding). ` +
+          "Each lane gives one 16-byte row address; every lane then receives, for matrix i, row lane / 4, columns " +
+          "2·(lane % 4) and the next, as its register i. With .trans (V, whose rows are keys, the k of P·V) it " +
+          "receives column lane / 4 instead: the transpose."),
+        el("table", {class: "steps", id: "frag-ldmatrix"},
+          el("tr", {}, ["lane", "matrix", "Q: (row, col)", "K: (row, col)", "V, .trans: (row, col)"].map((h) => el("th", {}, h))),
+          [...Array(32).keys()].map((n) => el("tr", {class: n === lane ? "current" : "", "data-lane": n},
+            el("td", {}, n), el("td", {}, n >> 3),
+            ...["A = Q", "B = K", "B = V"].map((name) => {
+              const [r, c] = addr(name, n);
+              return el("td", {class: "addr", "data-lane": n, "data-name": name, "data-row": r, "data-col": c}, `(${r}, ${c})`);
+            })))));
+
+      // 3. A row's max: each lane's own columns, then two shuffles over the quad.
+      const quad = [0, 1, 2, 3].map((k) => 4 * g + k);
+      const own = quad.map((n) => L["row max g"][n].values[0]);
+      const x1 = own.map((v, k) => Math.max(v, own[k ^ 1]));
+      const x2 = x1.map((v, k) => Math.max(v, x1[k ^ 2]));
+      body.append(el("h3", {}, `A row's max, over its quad: row ${g} (lanes ${quad[0]}-${quad[3]})`),
+        el("p", {class: "note"}, `Each lane holds ${F.Bc / 4} of the row's ${F.Bc} scores (columns 2t and 2t + 1 of every ` +
+          "8-column fragment), scaled by scale·log2 e. Its own max, then max with lane ^ 1, then with lane ^ 2: " +
+          "two __shfl_xor_sync, and all four lanes hold the row's max."),
+        el("table", {class: "steps", id: "frag-rowmax"},
+          el("tr", {}, el("th", {}, ""), quad.map((n) => el("th", {}, `lane ${n}`))),
+          el("tr", {}, el("td", {}, "own columns"), own.map((v) => num(v, "own"))),
+          el("tr", {}, el("td", {}, "after xor 1"), x1.map((v) => num(v, "x1"))),
+          el("tr", {}, el("td", {}, "after xor 2"), x2.map((v) => num(v, "x2"))),
+          el("tr", {}, el("td", {}, "the kernel's m_new"), quad.map((n) => num(L["row max g"][n].values[1], "kernel")))));
+
+      // 4. P from C fragments to an A fragment, in registers.
+      const pc = placeFragments(L.P, "C", 16, 16);
+      const pa = placeFragments(L["A = P"], "A", 16, 16);
+      body.append(el("h3", {}, "P stays in registers: two C fragments are one A fragment"),
+        el("p", {class: "note"}, "P = 2^(s − m) of keys 0-15, as the softmax left it in the two C fragments of " +
+          "n-tiles 0 and 1 (fp32), and the A operand of P·V that a_from_c() packs from them (fp16): each lane's " +
+          "values stay where they are, only rounded."),
+        el("div", {class: "pictures"},
+          el("figure", {}, matrixTable("frag-pc", 16, 16, (r, c) => pc[r][c], lane, "row", "key"),
+            el("figcaption", {}, "P in the C fragments of n-tiles 0, 1 (fp32)")),
+          el("figure", {}, matrixTable("frag-pa", 16, 16, (r, c) => pa[r][c], lane, "row", "k"),
+            el("figcaption", {}, "P as the A operand (fp16): a0-a3"))));
+    }
+    draw();
+  }
+
+  // ---- view 5: the XOR swizzle (stage 07) -----------------------------------------------
+  /** A 16-bit element offset's bank group: which 16 bytes of the 128 one wavefront serves. */
+  const bankGroup = (offset) => Math.floor(offset * 2 / 16) % 8;
+
+  function renderSwizzle(root, trace) {
+    let matrix = 0;
+    const SW = trace.swizzle;
+    root.append(el("h2", {}, "The XOR swizzle: ldmatrix without bank conflicts (stage 07)"),
+      el("p", {}, `Stage 07's first K tile (d = ${SW[0].dim}: rows of 128 bytes) as it lies in shared memory, with its ` +
+        "plain-rows variant (no_swizzle) beside it. Shared memory serves 32 banks of 4 bytes a cycle: eight 16-byte " +
+        "places, coloured here. Each ldmatrix matrix reads 8 rows of 16 bytes; rows that fall in the same place " +
+        "are served one after another. Pick one of the four matrices of warp 0's first ldmatrix of K."));
+    const controls = el("div", {class: "controls"}, [0, 1, 2, 3].map((i) => el("button", {id: `swz-matrix-${i}`,
+      class: i === matrix ? "selected" : "", onclick: () => { matrix = i; draw(); }}, `matrix ${i} (lanes ${8 * i}-${8 * i + 7})`)));
+    const columns = el("div", {class: "columns"});
+    root.append(controls, columns);
+
+    function draw() {
+      [...controls.children].forEach((b, i) => b.classList.toggle("selected", i === matrix));
+      columns.replaceChildren();
+      for (const run of SW) {
+        const chunks = run.dim / 8;
+        const lanes = run.lanes["B = K"].slice(8 * matrix, 8 * matrix + 8);
+        const read = new Map(lanes.map((l) => [Math.floor(l.offset / 8), l.lane]));
+        const rows = 16;
+        const table = el("table", {class: "matrix swizzle", id: `swz-${run.variant}`},
+          el("tr", {}, el("th", {}, "row \\ banks"), [...Array(chunks).keys()].map((p) =>
+            el("th", {class: `bank${p % 8}`}, `${4 * (p % 8)}-${4 * (p % 8) + 3}`))));
+        for (let r = 0; r < rows; ++r) {
+          table.append(el("tr", {}, el("th", {}, r), [...Array(chunks).keys()].map((p) => {
+            const place = r * chunks + p, [kr, kc] = run.places[place];
+            const lane = read.get(place);
+            return el("td", {class: `chunk c${kc % 8}` + (lane !== undefined ? " read" : ""), "data-place": place,
+              "data-key-row": kr, "data-chunk": kc, title: `K row ${kr}, chunk ${kc} (d ${8 * kc}-${8 * kc + 7})`},
+            `${kr}:${kc}`, lane !== undefined ? el("small", {}, ` L${lane}`) : null);
+          })));
+        }
+        const groups = lanes.map((l) => bankGroup(l.offset));
+        const perGroup = new Map();
+        groups.forEach((gr) => perGroup.set(gr, (perGroup.get(gr) || 0) + 1));
+        const ways = Math.max(...perGroup.values());
+        columns.append(el("div", {class: "column", id: `swz-col-${run.variant}`},
+          el("h3", {}, run.variant === "tuned" ? "Swizzled (the finished kernel)" : "Plain rows (variant no_swizzle)"),
+          el("p", {class: "note"}, "Each cell: the K row and 16-byte chunk (8 elements of d) it holds; L: the lane " +
+            "whose address reads it. Colours: the chunk."),
+          table,
+          el("table", {class: "steps swz-lanes"},
+            el("tr", {}, ["lane", "K row", "chunk", "byte offset", "banks"].map((h) => el("th", {}, h))),
+            lanes.map((l) => {
+              const [kr, kc] = run.places[Math.floor(l.offset / 8)];
+              const g = bankGroup(l.offset);
+              return el("tr", {"data-lane": l.lane}, el("td", {}, l.lane), el("td", {}, kr), el("td", {}, kc),
+                el("td", {}, 2 * l.offset), el("td", {class: "banks", "data-group": g}, `${4 * g}-${4 * g + 3}`));
+            })),
+          el("p", {class: "conflicts", "data-ways": ways, "data-groups": perGroup.size},
+            (perGroup.size === 1 ? "8 rows in one bank group: " : `8 rows in ${perGroup.size} different bank groups: `) +
+            (ways === 1 ? "no conflict, one wavefront." : `a ${ways}-way conflict, ${ways} wavefronts.`))));
+      }
+    }
+    draw();
+  }
+
   // ---- the page ------------------------------------------------------------------------
   function addView(view) { views.push(view); }
 
   addView({id: "softmax", title: "Online softmax (stage 02)", render: renderSoftmax});
   addView({id: "grids", title: "FlashAttention-1 vs -2 (stages 04, 05)", render: renderGrids});
+  addView({id: "hbm", title: "HBM bytes (stages 04, 05)", render: renderHbm});
+  addView({id: "fragments", title: "Fragments (stage 06)", render: renderFragments});
+  addView({id: "swizzle", title: "Swizzle (stage 07)", render: renderSwizzle});
 
   function start(trace, source) {
     trace = revive(trace);

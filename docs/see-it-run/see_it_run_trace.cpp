@@ -1,6 +1,6 @@
 /**
  * \file see_it_run_trace.cpp
- * \brief Runs stages 02, 04 and 05 on the CPU backend with their trace points on
+ * \brief Runs stages 02 and 04-07 on the CPU backend with their trace points on
  *        (common/trace.h) and writes what they did as JSON, for the "See it run" page.
  *
  * The trace holds, for a small problem with several tiles in each direction:
@@ -9,7 +9,10 @@
  * - stages 04 and 05, without and with the causal mask: every block's loads, stores,
  *   skipped tiles and, after each step, its rows' m, l and O (for stage 04, what HBM
  *   holds; for stage 05, what its registers hold); and the outputs;
- * - the float64 reference of every output.
+ * - the float64 reference of every output, and each run's IO-model bytes;
+ * - stage 06 (fp16, d = 64): warp 0's fragments on its first K/V tile, lane by lane;
+ * - stage 07 (fp16, d = 64), finished and without the swizzle: its first K tile as it lies
+ *   in shared memory and warp 0's first ldmatrix of K.
  *
  * \code
  * see_it_run_trace --out DIR                  # DIR/trace.json and DIR/trace.js
@@ -43,6 +46,9 @@
 #include "stages/02_online_softmax/online_softmax.h"
 #include "stages/04_flash1/flash1_attention.h"
 #include "stages/05_flash2/flash2_attention.h"
+#include "stages/06_tensor_cores/tensor_core_attention.h"
+#include "stages/07_memory_pipeline/pipelined_attention.h"
+#include "stages/07_memory_pipeline/tuning.h"
 
 namespace {
 
@@ -175,7 +181,9 @@ void write_attention_runs(fa::JsonWriter& w, const fa::AttentionProblem& shape, 
         fa::flash2::attention(p, q.data(), k.data(), v.data(), o.data(), lse.data());
       }
       FA_CUDA_CHECK(cudaDeviceSynchronize());
-      w.begin_object().field("stage", stage).field("causal", causal).key("blocks");
+      // The IO model's bytes (the stage's hbm_bytes_model: every tile, as without the mask).
+      const double model = stage == "04_flash1" ? fa::flash1::hbm_bytes_model(p) : fa::flash2::hbm_bytes_model(p);
+      w.begin_object().field("stage", stage).field("causal", causal).field("model_bytes", model).key("blocks");
       write_blocks(w, p, stage == "05_flash2");
       w.key("o");
       write_rows(w, o.download(), p.dim);
@@ -202,13 +210,124 @@ void write_attention_runs(fa::JsonWriter& w, const fa::AttentionProblem& shape, 
   w.end_array();
 }
 
+// ---- stages 06 and 07: one warp's fragments, one tile's layout ------------------------------
+
+// Rows [0, rows) of head 0 of x ([.., n, d]), d values a row.
+std::vector<float> head_rows(const std::vector<float>& x, int64_t rows, int64_t d) {
+  return std::vector<float>(x.begin(), x.begin() + rows * d);
+}
+
+// Each name's records, lane by lane: {name: [{offset, values}, ... 32]}.
+void write_lanes(fa::JsonWriter& w, const std::vector<std::string>& names) {
+  w.begin_object();
+  for (const std::string& name : names) {
+    const auto found = fa::trace::lanes().find(name);
+    if (found == fa::trace::lanes().end() || found->second.size() != 32) {
+      throw fa::InputError("the trace has no full warp of '" + name + "'");
+    }
+    w.key(name).begin_array();
+    for (const auto& [lane, rec] : found->second) {
+      w.begin_object().field("lane", lane).field("offset", rec.offset).key("values");
+      write_array(w, rec.values);
+      w.end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+}
+
+// The tensors as the kernel saw them: rounded to `t`, widened back to float.
+struct RoundedInputs {
+  fa::DeviceInputs device;
+  std::vector<float> q, k, v;
+};
+RoundedInputs rounded_inputs(const fa::AttentionProblem& p, uint64_t seed) {
+  const fa::AttentionInputs in = fa::random_inputs(p, seed);
+  RoundedInputs r{fa::upload_inputs(in.q, in.k, in.v, p.dtype), {}, {}, {}};
+  r.q = fa::download_as_float(r.device.q.data(), in.q.size(), p.dtype);
+  r.k = fa::download_as_float(r.device.k.data(), in.k.size(), p.dtype);
+  r.v = fa::download_as_float(r.device.v.data(), in.v.size(), p.dtype);
+  return r;
+}
+
+// Stage 06 on one head of 64 × 64 at d = 64, fp16: what warp 0 of block 0 held on its first
+// K/V tile: the fragments ldmatrix gave it (with the offsets each lane handed it), S, each
+// lane's part of a row's max and the max over its quad, P, and P as an A operand.
+void write_fragments(fa::JsonWriter& w, uint64_t seed) {
+  fa::AttentionProblem p = fa::make_problem(1, 1, 64, 64, 64);
+  p.dtype = fa::DType::F16;
+  const RoundedInputs in = rounded_inputs(p, seed);
+  fa::DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * 2);
+  fa::trace::start(p.seq_q);
+  fa::tensor_core::attention(p, in.device.q.data(), in.device.k.data(), in.device.v.data(), o.data(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto& s = fa::trace::lanes().at("S");
+  const int64_t bc = static_cast<int64_t>(s.begin()->second.values.size()) * 2;  // Bc/8 fragments of 4 a lane
+  constexpr float kLog2e = 1.4426950408889634f;
+  w.begin_object().field("stage", "06_tensor_cores").field("dtype", "fp16").field("dim", p.dim).field("Bc", bc);
+  w.field("stride", p.dim + 8).field("scale_log2", p.scale * kLog2e);
+  w.key("q");  // the Q tile's rows of warp 0, K's first tile, V's first 16 rows
+  write_rows(w, head_rows(in.q, 16, p.dim), p.dim);
+  w.key("k");
+  write_rows(w, head_rows(in.k, bc, p.dim), p.dim);
+  w.key("v");
+  write_rows(w, head_rows(in.v, 16, p.dim), p.dim);
+  w.key("lanes");
+  write_lanes(w, {"A = Q", "B = K", "S", "row max g", "row max g+8", "P", "A = P", "B = V"});
+  w.end_object();
+}
+
+// Stage 07 at d = 64, fp16, with and without the XOR swizzle: its first K tile as it lies in
+// shared memory, which of K's 16-byte chunks each place holds, and the row addresses of
+// warp 0's first ldmatrix of K.
+void write_swizzle(fa::JsonWriter& w, uint64_t seed) {
+  fa::AttentionProblem p = fa::make_problem(1, 1, 128, 128, 64);
+  p.dtype = fa::DType::F16;
+  const RoundedInputs in = rounded_inputs(p, seed);
+  const int64_t bc = fa::pipeline::key_tile_rows(p.dim);
+  if (p.seq_kv < bc) throw fa::InputError("the swizzle view needs a full K tile");
+  w.begin_array();
+  for (const std::string name : {"no_swizzle", "tuned"}) {
+    fa::DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * 2);
+    fa::DeviceTensors t = in.device.tensors();
+    t.o = o.data();
+    fa::trace::start(p.seq_q);
+    fa::find_variant(fa::pipeline::variants(), name, "stage 07").run(p, t, nullptr);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double>& tile = fa::trace::tiles().at("K");
+    // Which chunk of K (row, chunk) each 16-byte place of the tile holds: found by its
+    // values, which are random and distinct, so each place matches exactly one chunk.
+    const int64_t chunks = p.dim / 8;
+    w.begin_object().field("variant", name).field("dim", p.dim).field("rows", bc).key("places").begin_array();
+    for (int64_t place = 0; place < bc * chunks; ++place) {
+      int64_t found = -1, matches = 0;
+      for (int64_t c = 0; c < bc * chunks; ++c) {
+        bool same = true;
+        for (int64_t e = 0; e < 8 && same; ++e) {
+          same = tile[static_cast<std::size_t>(place * 8 + e)] == in.k[static_cast<std::size_t>(c * 8 + e)];
+        }
+        if (same) found = c, ++matches;
+      }
+      if (matches != 1) throw fa::InputError("the swizzle view: a chunk of the K tile matches " +
+                                             std::to_string(matches) + " chunks of K");
+      w.begin_array().value(found / chunks).value(found % chunks).end_array();
+    }
+    w.end_array().key("k");  // K's first 16 rows, which warp 0's first ldmatrix of K reads
+    write_rows(w, head_rows(in.k, 16, p.dim), p.dim);
+    w.key("lanes");
+    write_lanes(w, {"B = K"});
+    w.end_object();
+  }
+  w.end_array();
+}
+
 int run(int argc, const char* const* argv) {
   std::string out_dir;
   std::vector<float> row = {2, 1, 4, 1.5f, 3};  // the posts' worked example
   int64_t batch = 1, heads = 2, seq_q = 160, seq_kv = 160, dim = 16;
   uint64_t seed = 2024;
   fa::ArgParser a(argv[0],
-                  "Runs stages 02, 04 and 05 on the CPU backend with their trace points on and writes what every "
+                  "Runs stages 02 and 04-07 on the CPU backend with their trace points on and writes what every "
                   "block did as DIR/trace.json (and DIR/trace.js, the same for the page opened from the file "
                   "system).");
   a.add_string("out", &out_dir, "the directory to write to (created)", "DIR");
@@ -237,6 +356,10 @@ int run(int argc, const char* const* argv) {
   write_softmax_trace(w, row);
   w.key("runs");
   write_attention_runs(w, p, seed);
+  w.key("fragments");
+  write_fragments(w, seed);
+  w.key("swizzle");
+  write_swizzle(w, seed);
   w.end_object();
   json << "\n";
 

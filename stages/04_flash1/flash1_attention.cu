@@ -185,6 +185,7 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
       }
 
       // Combine with the running state and write it back to HBM (Algorithm 1, steps 12-13).
+      FA_TRACE(load("O", i0, q_valid));  // each thread reads its part of O's rows, just below
       // exercise 04-write-back: combine the tile with the m, l and O read from HBM and write all three back (steps 12-13)
       for (int ii = 0; ii < ROWS; ++ii) {
         const int r = ROWS * ty + ii;
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(THREADS) flash1_kernel(const float* Q, const f
       // end exercise 04-write-back
       __syncthreads();  // everyone is done with the tiles before the next Q tile, or the next K/V tile, overwrites them
       FA_TRACE(step(j0, i0));
-      FA_TRACE(store("O, m, l", i0, q_valid));  // O was read here too, row by row, just before
+      FA_TRACE(store("O, m, l", i0, q_valid));
       FA_TRACE(hbm_state(j0, i0, mh, lh, Oh, i0, q_valid, D));
     }
   }

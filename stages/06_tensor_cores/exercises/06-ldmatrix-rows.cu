@@ -42,6 +42,7 @@
 
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/06_tensor_cores/tuning.h"
 
@@ -139,13 +140,16 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
       ldmatrix_x4(a, Qs + a_row * S + 16 * kk + a_col);
+      FA_TRACE(fragment<T>("A = Q", a_row * S + 16 * kk + a_col, a));
       for (int n = 0; n < Bc / 8; n += 2) {
         uint32_t b[4];
         ldmatrix_x4(b, Ks + (8 * n + k_row) * S + 16 * kk + k_col);
+        FA_TRACE(fragment<T>("B = K", (8 * n + k_row) * S + 16 * kk + k_col, b));
         mma_m16n8k16<T>(s[n], a, b[0], b[1]);
         mma_m16n8k16<T>(s[n + 1], a, b[2], b[3]);
       }
     }
+    FA_TRACE(accumulators("S", s));
 
     // Scale into base-2 units, mask, and update the running max; P = 2^(S − m_new) in
     // place. Element e of fragment n sits at row g + 8·(e/2), column 8n + 2t + e%2 of the
@@ -168,6 +172,7 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
       }
       const float m_new = fmaxf(m_run[h], quad_max(mx));
       // end exercise 06-row-max
+      FA_TRACE(scalars(h == 0 ? "row max g" : "row max g+8", {mx, m_new}));
       alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);  // 0 on the first tile
       float sum = 0.0f;
       for (int n = 0; n < Bc / 8; ++n) {
@@ -188,12 +193,15 @@ __global__ void __launch_bounds__(Config<Tiles>::THREADS, Config<Tiles>::MIN_BLO
       o_acc[n][0] *= alpha[0], o_acc[n][1] *= alpha[0];
       o_acc[n][2] *= alpha[1], o_acc[n][3] *= alpha[1];
     }
+    FA_TRACE(accumulators("P", s));
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t a[4];
       a_from_c<T>(a, s[2 * kk], s[2 * kk + 1]);
+      FA_TRACE(fragment<T>("A = P", -1, a));
       for (int n = 0; n < D / 8; n += 2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, Vs + (16 * kk + v_row) * S + 8 * n + v_col);
+        FA_TRACE(fragment<T>("B = V", (16 * kk + v_row) * S + 8 * n + v_col, b));
         mma_m16n8k16<T>(o_acc[n], a, b[0], b[1]);
         mma_m16n8k16<T>(o_acc[n + 1], a, b[2], b[3]);
       }

@@ -50,6 +50,7 @@
 #include "common/cuda_check.h"
 #include "common/device_math.cuh"
 #include "common/head_dim.h"
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/07_memory_pipeline/cp_async.cuh"
 #include "stages/07_memory_pipeline/tuning.h"
@@ -270,6 +271,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     __syncthreads();  // every thread's copies of tile j have landed and are visible
     const T* Kt = Ks(buf);
     const T* Vt = Vs(buf);
+    FA_TRACE(tile("K", Kt, Bc * D));  // the K tile as it lies in shared memory
 
     // S = Q_i·K_jᵀ for the warp's rows: Bc/8 C fragments of 16×8 per m-tile, fp32,
     // unscaled. Each K fragment from ldmatrix feeds every m-tile of the warp.
@@ -284,6 +286,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
       for (int n = 0; n < Bc / 8; n += 2) {
         uint32_t b[4];
         ldmatrix_x4(b, Kt + k_at(n, kk));
+        FA_TRACE(fragment<T>("B = K", k_at(n, kk), b));
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
           mma_m16n8k16<T>(s[mt][n], q_frag[mt][Q_REGS ? kk : 0], b[0], b[1]);
