@@ -10,6 +10,10 @@ foreach(_id IN LISTS _stages)
     list(APPEND _demos stage${_id}_cpu)
   endif()
 endforeach()
+if(NOT _demos)
+  message(STATUS "No stage demos in this build (no nvcc and no CPU backend): no 'tour' target")
+  return()
+endif()
 list(GET _demos 0 _first_demo)
 # The demos' folder as the build lays it out (bin/, or bin/<config>/ with a multi-config generator).
 add_custom_target(tour

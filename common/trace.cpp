@@ -9,6 +9,7 @@ struct State {
   std::map<int64_t, BlockTrace> blocks;
   std::map<std::string, LaneRecords> lanes;
   std::map<std::string, std::vector<double>> tiles;
+  Keyed keyed;
 };
 
 State& state() {
@@ -23,11 +24,19 @@ void start(int64_t rows_per_head) {
   state().blocks.clear();
   state().lanes.clear();
   state().tiles.clear();
+  state().keyed.clear();
 }
 
 const std::map<int64_t, BlockTrace>& blocks() { return state().blocks; }
 const std::map<std::string, LaneRecords>& lanes() { return state().lanes; }
 const std::map<std::string, std::vector<double>>& tiles() { return state().tiles; }
+const Keyed& keyed() { return state().keyed; }
+
+void record_keyed(const std::string& name, const std::vector<int64_t>& key, int index, int size, double value) {
+  std::vector<double>& v = state().keyed[name][key];
+  if (static_cast<int>(v.size()) != size) v.assign(static_cast<std::size_t>(size), 0.0);
+  v[static_cast<std::size_t>(index)] = value;
+}
 
 void record_lane(const std::string& name, int lane, LaneRecord r) { state().lanes[name].emplace(lane, std::move(r)); }
 void record_tile(const std::string& name, std::vector<double> values) {

@@ -27,6 +27,12 @@
  *     FA_TRACE(fragment<T>("A = Q", a_row * S + a_col, a));   // after ldmatrix_x4(a, ...)
  *     FA_TRACE(accumulators("S", s));                         // this lane's C fragments
  *     FA_TRACE(tile("K", Kt, Bc * D));                         // the K tile as it lies
+ *
+ * A copy pipeline (stage 07) records its steps as events of thread 0: copy, commit, wait,
+ * barrier and compute. Kernels whose records follow their own structure (stage 09's splits,
+ * stage 10's tile pairs) record values under keys they choose:
+ *
+ *     FA_TRACE(keyed("part o", {blockIdx.y, row}, c, D, o));  // element c of split y's O part
  */
 #pragma once
 
@@ -40,7 +46,9 @@
 
 namespace fa::trace {
 
-/// One thing a block did: `op` is "load", "store", "step" or "skip".
+/// One thing a block did: `op` is "load", "store", "step" or "skip"; or, for a copy pipeline
+/// (stage 07), "copy" (first, count; j: the buffer), "commit", "wait" (count: N), "barrier"
+/// or "compute" (first: the key tile; j: the buffer).
 struct Event {
   std::string op;    ///< what happened
   std::string what;  ///< the tensors loaded or stored ("Q", "K, V", "O, m, l"), or empty
@@ -70,6 +78,10 @@ struct LaneRecord {
 /// A name's records, lane by lane (0-31).
 using LaneRecords = std::map<int, LaneRecord>;
 
+/// Values recorded under a name and a key the kernel chooses (a split and a row, a tile
+/// pair and a row), for kernels whose records follow their own structure: name → key → values.
+using Keyed = std::map<std::string, std::map<std::vector<int64_t>, std::vector<double>>>;
+
 /// Forgets everything recorded; later records keep rows below `rows_per_head` only
 /// (rows past the sequence, in a partial last tile, are left out).
 void start(int64_t rows_per_head);
@@ -82,10 +94,16 @@ const std::map<std::string, LaneRecords>& lanes();
 /// in the order they lie.
 const std::map<std::string, std::vector<double>>& tiles();
 
+/// Everything recorded under keys since start().
+const Keyed& keyed();
+
 /// Keeps `r` as lane `lane`'s record under `name`, unless it already has one.
 void record_lane(const std::string& name, int lane, LaneRecord r);
 /// Keeps `values` as the tile `name`, unless there is one already.
 void record_tile(const std::string& name, std::vector<double> values);
+
+/// Sets value `index` of `name` under `key` (a vector of `size`, zeros until set).
+void record_keyed(const std::string& name, const std::vector<int64_t>& key, int index, int size, double value);
 
 /// Appends an event to block `block`'s list.
 void record_event(int64_t block, Event e);
@@ -121,6 +139,20 @@ inline void store(const char* what, int64_t first, int64_t count) { event("store
 inline void step(int64_t j, int64_t i) { event("step", "", 0, 0, j, i); }
 /// The block skips key tile j for query tile i: it lies above the causal diagonal.
 inline void skip(int64_t j, int64_t i) { event("skip", "", 0, 0, j, i); }
+
+/// cp.async copies of rows [first, first + count) of `what` were issued into shared-memory
+/// buffer `buffer` (−1: the tensor's only one).
+inline void copy(const char* what, int64_t first, int64_t count, int buffer) {
+  event("copy", what, first, count, buffer, -1);
+}
+/// cp.async.commit_group: the copies since the last commit are one group.
+inline void commit() { event("commit", "", 0, 0, -1, -1); }
+/// cp.async.wait_group n: all but the n newest groups have landed.
+inline void wait(int n) { event("wait", "", 0, n, -1, -1); }
+/// __syncthreads().
+inline void barrier() { event("barrier", "", 0, 0, -1, -1); }
+/// The block computed `what` on the key/value tile at row j0, in buffer `buffer`.
+inline void compute(const char* what, int64_t j0, int buffer) { event("compute", what, j0, 0, buffer, -1); }
 
 /// This thread's per-row scalars: rows first .. first + R − 1 of `name`, times `mul`.
 template <int R>
@@ -187,6 +219,23 @@ inline void tile(const char* name, const T* at, int count) {
   std::vector<double> v(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) v[static_cast<std::size_t>(i)] = widen(at[i]);
   record_tile(name, std::move(v));
+}
+
+/// Value `index` of a vector of `size` under `name` and `key`, from any thread (several
+/// threads may fill one vector, each its own elements).
+inline void keyed(const char* name, std::initializer_list<int64_t> key, int index, int size, double value) {
+  record_keyed(name, std::vector<int64_t>(key), index, size, value);
+}
+
+/// A whole vector under `name` and `key`, recorded by thread 0 of the block only (values
+/// that every thread of the block holds alike).
+template <typename... V>
+inline void block_values(const char* name, std::initializer_list<int64_t> key, V... values) {
+  if (threadIdx.x != 0) return;
+  int index = 0;
+  for (const double v : {static_cast<double>(values)...}) {
+    record_keyed(name, std::vector<int64_t>(key), index++, static_cast<int>(sizeof...(V)), v);
+  }
 }
 
 /// What HBM holds now for rows [first, first + count) of a head (thread 0 reads it): m,

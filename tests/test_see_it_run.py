@@ -11,7 +11,11 @@ view against the trace and against what is computed here:
 - stage 06's fragments: every register of warp 0 sits where the PTX ISA's layouts put it and
   holds Q, K, V, S or P there; each lane's row max and the two shuffles; ldmatrix's addresses;
 - stage 07's swizzle: where each chunk of K lies, the lanes' addresses and their bank
-  conflicts (none swizzled, 8-way in plain rows).
+  conflicts (none swizzled, 8-way in plain rows);
+- stage 07's pipeline: the cp.async groups by the ISA's rule, each tile computed after its
+  copy landed, no buffer refilled too early, the overlap with and without the prefetch;
+- stage 09's split-KV: each split's and each warp's (m, l, O) against float64, the merge;
+- stage 10's backward: every tile pair's P, dP, dS and additions to dK, dV, dQ against float64.
 Saves screenshots of what it checked. With --plants, plants a bug in each view's script
 instead (PLANTS) and passes only if each is caught.
 
@@ -412,6 +416,223 @@ def check_swizzle(d, by, trace, f, shots):
             d.find_element(by.ID, "view-swizzle").screenshot(os.path.join(shots, "see-it-run-swizzle.png"))
 
 
+# ---- the copy pipeline (stage 07) -----------------------------------------------------------
+def cp_async_groups(events):
+    """The PTX ISA's cp.async groups, written out here: (groups [{copies, committed, landed}], in flight after each event)."""
+    groups, pending, open_, in_flight = [], [], [], []
+    for n, e in enumerate(events):
+        if e["op"] == "copy":
+            open_.append(e)
+        elif e["op"] == "commit":
+            groups.append({"id": len(groups), "copies": open_, "committed": n, "landed": None})
+            pending.append(groups[-1])
+            open_ = []
+        elif e["op"] == "wait":
+            while len(pending) > e["n"]:
+                pending.pop(0)["landed"] = n
+        in_flight.append([g["id"] for g in pending])
+    return groups, in_flight
+
+
+def check_pipeline(d, by, trace, f, shots):
+    d.find_element(by.ID, "tab-pipeline").click()
+    for run in trace["pipeline"]:
+        v, events = run["variant"], run["events"]
+        groups, in_flight = cp_async_groups(events)
+        tiles = list(range(0, run["seq_kv"], run["Bc"]))
+        computes = [(n, e) for n, e in enumerate(events) if e["op"] == "compute"]
+        f.check([e["tile"] for _, e in computes] == tiles, f"pipeline {v}: computes on tiles {[e['tile'] for _, e in computes]}")
+        barriers = [n for n, e in enumerate(events) if e["op"] == "barrier"]
+        for n, e in computes:
+            # The tile's copy landed (a wait) and a barrier followed, before the compute ...
+            g = next((g for g in groups if any(c["what"] == "K, V" and c["first"] == e["tile"] and c["buffer"] == e["buffer"]
+                                               for c in g["copies"])), None)
+            f.check(g is not None and g["landed"] is not None and g["landed"] < n and
+                    any(g["landed"] < b < n for b in barriers),
+                    f"pipeline {v}: tile {e['tile']} is computed at step {n} before its copy is landed and visible")
+            # ... and no copy into its buffer starts until a barrier after the compute.
+            later = [m for m, c in enumerate(events) if c["op"] == "copy" and c["buffer"] == e["buffer"] and m > n]
+            if later:
+                f.check(any(n < b < later[0] for b in barriers),
+                        f"pipeline {v}: buffer {e['buffer']} is refilled at step {later[0]} with no barrier after step {n}")
+        overlapped = sum(1 for n, _ in computes if any(g["committed"] < n and (g["landed"] is None or g["landed"] > n)
+                                                       for g in groups))
+        want = len(computes) - 1 if v == "tuned" else 0  # the prefetch hides every copy but the first tile's
+        f.check(overlapped == want, f"pipeline {v}: {overlapped} computes overlap a copy, want {want}")
+        # The page: every group's bar, every step's groups in flight, the count of overlapped computes.
+        bars = sorted((int(b["group"]), int(b["start"]), int(b["end"])) for b in cells(d, f"#pipe-svg-{v} rect.group"))
+        want_bars = [(g["id"], g["committed"], len(events) if g["landed"] is None else g["landed"]) for g in groups]
+        f.check(bars == want_bars, f"pipeline {v}: bars {bars}, the ISA's groups {want_bars}")
+        rows = cells(d, f"#pipe-events-{v} tr[data-event]")
+        f.check([r["inFlight"] for r in rows] == [",".join(map(str, x)) for x in in_flight],
+                f"pipeline {v}: the groups in flight shown differ from the ISA's rule")
+        shown_n = d.find_element(by.CSS_SELECTOR, f"#pipe-{v} .conflicts")
+        f.check(int(shown_n.get_attribute("data-overlapped")) == overlapped,
+                f"pipeline {v}: the page counts {shown_n.text!r}, {overlapped} overlap")
+    d.find_element(by.ID, "view-pipeline").screenshot(os.path.join(shots, "see-it-run-pipeline.png"))
+
+# ---- split-KV decoding (stage 09) -----------------------------------------------------------
+def near(a, b, rel=1e-5):
+    """Whether a kernel's fp32 value is the float64 one, to fp32's rounding over a short sum."""
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
+
+
+def softmax_part(q, keys, values, scale):
+    """(m, l, unnormalised O) of one row over `keys`, in float64: (−inf, 0, 0) with no key."""
+    s = [scale * sum(a * b for a, b in zip(q, k)) for k in keys]
+    if not s:
+        return -math.inf, 0.0, [0.0] * len(q)
+    m = max(s)
+    p = [math.exp(x - m) for x in s]
+    return m, sum(p), [sum(w * v[c] for w, v in zip(p, values)) for c in range(len(q))]
+
+
+def check_split_kv(d, by, trace, f, shots):
+    SK = trace["split_kv"]
+    d.find_element(by.ID, "tab-split-kv").click()
+    block = 0
+    for b, S in enumerate(SK["sequences"]):
+        q, K, V, L = S["q"], S["k"], S["v"], S["length"]
+        chunk = SK["chunk"]
+        # The splits: chunks of `chunk` keys, numbered sequence after sequence.
+        want = [(s, s * chunk, min(L, (s + 1) * chunk)) for s in range(-(-L // chunk))]
+        got = [(sp["split"], sp["begin"], sp["end"]) for sp in S["splits"]]
+        f.check(got == want, f"split-kv sequence {b}: splits {got}, chunks of {chunk} give {want}")
+        f.check([sp["block"] for sp in S["splits"]] == list(range(block, block + len(want))),
+                f"split-kv sequence {b}: blocks {[sp['block'] for sp in S['splits']]}")
+        block += len(want)
+        warp_of = {}
+        parts = []
+        for sp in S["splits"]:
+            wk = sp["warp_keys"]
+            for w in range(SK["warps"]):  # warp w: runs of wk keys, every warps·wk keys from begin + w·wk
+                keys = [j for j in range(sp["begin"], sp["end"]) if (j - sp["begin"]) // wk % SK["warps"] == w]
+                warp_of.update({j: (sp["block"], w) for j in keys})
+                m, l, _ = softmax_part(q, [K[j] for j in keys], [V[j] for j in keys], SK["scale"])
+                f.check(near(sp["warp_m"][w], m) and near(sp["warp_l"][w], l),
+                        f"split-kv block {sp['block']} warp {w}: (m, l) = ({sp['warp_m'][w]}, {sp['warp_l'][w]}), "
+                        f"its keys give ({m}, {l})")
+            m, l, o = softmax_part(q, K[sp["begin"]:sp["end"]], V[sp["begin"]:sp["end"]], SK["scale"])
+            parts.append((m, l, o))
+            f.check(near(sp["m"], m) and near(sp["l"], l), f"split-kv block {sp['block']}: (m, l) = ({sp['m']}, "
+                    f"{sp['l']}), float64 over its keys ({m}, {l})")
+            f.check(all(near(a, w, 1e-4) for a, w in zip(sp["o"], o)), f"split-kv block {sp['block']}: O part is not float64's")
+        m_all, l_all, o_all = softmax_part(q, K[:L], V[:L], SK["scale"])
+        f.check(near(S["merged"]["m"], m_all) and near(S["merged"]["l"], l_all),
+                f"split-kv sequence {b}: the merge kernel's (m, l) = {S['merged']}, float64 ({m_all}, {l_all})")
+        f.check(all(abs(a - w / l_all) <= 1e-5 for a, w in zip(S["o"], o_all)), f"split-kv sequence {b}: O is not float64's")
+
+        # The page, for this sequence.
+        d.find_element(by.ID, f"skv-seq-{b}").click()
+        keys = cells(d, "#skv-keys rect")
+        f.check(len(keys) == L, f"split-kv sequence {b}: {len(keys)} keys drawn, not {L}")
+        for k in keys:
+            j = int(k["key"])
+            f.check((int(k["block"]), int(k["warp"])) == warp_of.get(j), f"split-kv sequence {b}: key {j} is drawn in "
+                    f"block {k['block']} warp {k['warp']}, the kernel's split gives {warp_of.get(j)}")
+        merged_here = cells(d, "#skv-splits td.warps-merged")
+        for sp, cell in zip(S["splits"], merged_here):
+            f.check(near(float(cell["m"]), sp["m"]) and near(float(cell["l"]), sp["l"]),
+                    f"split-kv block {sp['block']}: its warps merged on the page give ({cell['m']}, {cell['l']}), "
+                    f"the kernel's block ({sp['m']}, {sp['l']})")
+        weights = [float(c["value"]) for c in cells(d, "#skv-merge td.weight")]
+        want_w = [0.0 if math.isinf(m) else math.exp(m - m_all) for m, _, _ in parts]
+        f.check(len(weights) == len(want_w) and all(near(a, w) for a, w in zip(weights, want_w)),
+                f"split-kv sequence {b}: weights shown {weights}, float64 exp(m_s - m) {want_w}")
+        for cls, want_v in (("total-m", m_all), ("total-l", l_all), ("kernel-m", m_all), ("kernel-l", l_all)):
+            got_v = [float(c["value"]) for c in cells(d, f"#skv-merge td.{cls}")]
+            f.check(len(got_v) == 1 and near(got_v[0], want_v), f"split-kv sequence {b}: {cls} shows {got_v}, float64 {want_v}")
+        for cls in ("skv-o-here", "skv-o-kernel", "skv-o-reference"):
+            got_o = [float(c["value"]) for c in cells(d, f".{cls} .num")]
+            f.check(len(got_o) == SK["dim"] and all(abs(a - w / l_all) <= 1e-5 for a, w in zip(got_o, o_all)),
+                    f"split-kv sequence {b}: {cls} shows {got_o[:3]}..., float64 {[w / l_all for w in o_all[:3]]}...")
+        if b == 0:
+            d.find_element(by.ID, "view-split-kv").screenshot(os.path.join(shots, "see-it-run-split-kv.png"))
+
+
+# ---- the backward pass (stage 10) -----------------------------------------------------------
+def check_backward(d, by, trace, f, shots):
+    BW = trace["backward"]
+    Q, K, V, O, dO, lse = BW["q"], BW["k"], BW["v"], BW["o"], BW["do"], BW["lse"]
+    scale, dim, Br, Bc = BW["scale"], BW["dim"], BW["Br"], BW["Bc"]
+    dot = lambda a, b: sum(x * y for x, y in zip(a, b))
+    D = [dot(dO[i], O[i]) for i in range(BW["seq_q"])]
+    f.check(all(near(a, w) for a, w in zip(BW["D"], D)), "backward: kernel 1's D is not rowsum(dO * O)")
+
+    def pair_math(i0, j0, rows, keys):
+        """P, dP, dS, and the pair's additions to dV, dK and dQ, in float64."""
+        P = [[math.exp(scale * dot(Q[i0 + r], K[j0 + c]) - lse[i0 + r]) if not BW["causal"] or j0 + c <= i0 + r else 0.0
+              for c in range(keys)] for r in range(rows)]
+        dP = [[dot(dO[i0 + r], V[j0 + c]) for c in range(keys)] for r in range(rows)]
+        dS = [[P[r][c] * (dP[r][c] - D[i0 + r]) for c in range(keys)] for r in range(rows)]
+        dV = [[sum(P[r][c] * dO[i0 + r][n] for r in range(rows)) for n in range(dim)] for c in range(keys)]
+        dK = [[scale * sum(dS[r][c] * Q[i0 + r][n] for r in range(rows)) for n in range(dim)] for c in range(keys)]
+        dQ = [[scale * sum(dS[r][c] * K[j0 + c][n] for c in range(keys)) for n in range(dim)] for r in range(rows)]
+        return {"P": P, "dP": dP, "dS": dS, "dV": dV, "dK": dK, "dQ add": dQ}
+
+    def same_matrix(got, want, what, tol=1e-5):
+        ok = len(got) == len(want) and all(len(a) == len(w) and all(abs(x - y) <= tol * max(1.0, abs(y)) for x, y in zip(a, w))
+                                           for a, w in zip(got, want))
+        return f.check(ok, what)
+
+    # The pairs visited: every (Q tile, K/V tile) with a visible key, block by block, Q tiles in order.
+    want_pairs = [(j0 // Bc, i0) for j0 in range(0, BW["seq_kv"], Bc) for i0 in range(0, BW["seq_q"], Br)
+                  if not BW["causal"] or min(BW["seq_q"], i0 + Br) - 1 >= j0]
+    f.check([(p["block"], p["i"]) for p in BW["pairs"]] == want_pairs,
+            f"backward: pairs {[(p['block'], p['i']) for p in BW['pairs']]}, the mask leaves {want_pairs}")
+    sums = {}  # block → running dV, dK
+    adds = []
+    for p in BW["pairs"]:
+        w = pair_math(p["i"], p["j"], p["rows"], p["keys"])
+        adds.append(w)
+        for name in ("P", "dP", "dS", "dQ add"):
+            same_matrix(p[name], w[name], f"backward pair ({p['i']}, {p['j']}): the kernel's {name} is not float64's")
+        run = sums.setdefault(p["block"], {"dV": None, "dK": None})
+        for name in ("dV", "dK"):
+            run[name] = w[name] if run[name] is None else [[a + b for a, b in zip(x, y)] for x, y in zip(run[name], w[name])]
+            same_matrix(p[name], run[name], f"backward pair ({p['i']}, {p['j']}): the block's {name} so far is not float64's")
+    # The gradients written: the pairs' additions summed, every key and query.
+    for name, key, rows_of in (("dv", "dV", lambda p: range(p["keys"])), ("dk", "dK", lambda p: range(p["keys"]))):
+        for blk, run in sums.items():
+            same_matrix(BW[name][blk * Bc:blk * Bc + len(run[key])], run[key], f"backward: {name} of block {blk} is not its sum")
+    dq = [[0.0] * dim for _ in range(BW["seq_q"])]
+    for p, w in zip(BW["pairs"], adds):
+        for r in range(p["rows"]):
+            dq[p["i"] + r] = [a + b for a, b in zip(dq[p["i"] + r], w["dQ add"][r])]
+    same_matrix(BW["dq"], dq, "backward: dQ is not the sum of the pairs' additions")
+
+    d.find_element(by.ID, "tab-backward").click()
+    skipped = sorted((int(c["i"]), int(c["j"])) for c in cells(d, "#bw-grid td.skipped"))
+    want_skipped = sorted((i0, j0) for j0 in range(0, BW["seq_kv"], Bc) for i0 in range(0, BW["seq_q"], Br)
+                          if (j0 // Bc, i0) not in want_pairs)
+    f.check(skipped == want_skipped, f"backward: pairs shown skipped {skipped}, the mask skips {want_skipped}")
+    for n, (p, w) in enumerate(zip(BW["pairs"], adds)):
+        d.find_element(by.ID, f"bw-pair-{n}").click()
+        for name, grid in (("P", "bw-P"), ("dP", "bw-dP"), ("dS", "bw-dS"), ("dV", "bw-dV"), ("dK", "bw-dK"),
+                           ("dQ add", "bw-dQ")):
+            shown_cells = cells(d, f"#{grid} rect[data-value]")
+            got = {}
+            for c in shown_cells:
+                got.setdefault(int(c["row"]), {})[int(c["col"])] = float(c["value"])
+            rows = [[got[r][c] for c in sorted(got[r])] for r in sorted(got)]
+            same_matrix(rows, w[name], f"backward pair ({p['i']}, {p['j']}): the page's {name} is not this pair's")
+        # A cell's arithmetic: the last row and column of the pair.
+        r, c = p["rows"] - 1, p["keys"] - 1
+        d.execute_script("document.querySelector(arguments[0]).dispatchEvent(new MouseEvent('click', {bubbles: true}))",
+                         f"#bw-P rect[data-row='{r}'][data-col='{c}']")
+        marks = cells(d, "#bw-maps rect.mark")
+        f.check(len(marks) == 3, f"backward pair ({p['i']}, {p['j']}): {len(marks)} cells outlined, not one in each map")
+        cell = cells(d, "#bw-cell")[0]
+        f.check((int(cell["row"]), int(cell["col"])) == (p["i"] + r, p["j"] + c) and
+                abs(float(cell["ds"]) - w["dS"][r][c]) <= 1e-5 * max(1.0, abs(w["dS"][r][c])),
+                f"backward pair ({p['i']}, {p['j']}): the cell line shows query {cell['row']} key {cell['col']} "
+                f"dS {cell['ds']}, float64 {w['dS'][r][c]}")
+        if n == 0:
+            d.find_element(by.ID, "view-backward").screenshot(os.path.join(shots, "see-it-run-backward.png"))
+
+
 # Planted bugs, one a view: a change to the page's script that the view's check must catch.
 PLANTS = [
     ("softmax", "alpha shows exp(x - m)", 'num(s.alpha, "alpha")', 'num(s.term, "alpha")', check_softmax),
@@ -423,6 +644,13 @@ PLANTS = [
     ("fragments", "the second shuffle is xor 1 again", "Math.max(v, x1[k ^ 2])", "Math.max(v, x1[k ^ 1])", check_fragments),
     ("swizzle", "banks from element offsets, not bytes", "Math.floor(offset * 2 / 16) % 8", "Math.floor(offset / 16) % 8",
      check_swizzle),
+    ("pipeline", "wait_group n leaves n + 1 groups in flight", "while (pending.length > e.n)",
+     "while (pending.length > e.n + 1)", check_pipeline),
+    ("split-kv", "a part's weight exp(m - m_s)", "Math.exp(q.m - m)", "Math.exp(m - q.m)", check_split_kv),
+    ("split-kv", "keys drawn in runs of one warp too many", "% SK.warps;", "% (SK.warps + 1);", check_split_kv),
+    ("backward", "the block's running sums shown as the pair's additions", "x - (before ? before[name][c][n] : 0)", "x",
+     check_backward),
+    ("backward", "dS computed as P * dP", "(at(\"dP\")[row][col] - BW.D[qi])", "at(\"dP\")[row][col]", check_backward),
 ]
 
 
@@ -512,6 +740,9 @@ def main():
         check_hbm(d, By, trace, f, shots)
         check_fragments(d, By, trace, f, shots)
         check_swizzle(d, By, trace, f, shots)
+        check_pipeline(d, By, trace, f, shots)
+        check_split_kv(d, By, trace, f, shots)
+        check_backward(d, By, trace, f, shots)
 
         errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
         f.check(not errors, f"the page logged errors: {errors}")

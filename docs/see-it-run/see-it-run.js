@@ -19,6 +19,13 @@
  *              stage 06's warp 0: "A = Q", "B = K", "B = V" (ldmatrix: offset, 8 values), "S", "P" (C
  *              fragments, Bc/2 values), "row max g" ([own max, m_new]), "A = P" (8 values)
  *   swizzle  [{variant, dim, rows, places: [[K row, chunk]] a 16-byte place, k, lanes: {"B = K": [...]}}]
+ *   pipeline [{variant, dim, seq_q, seq_kv, Bc, events: [{op: "copy", what, first, count, buffer} | {op: "commit"} |
+ *            {op: "wait", n} | {op: "barrier"} | {op: "compute", what, tile, buffer}]}]: stage 07's block 0, thread 0
+ *   split_kv {stage, dtype, dim, scale, chunk, warps, sequences: [{length, q, k, v, splits: [{block, split, begin,
+ *            end, warp_keys, warp_m, warp_l, m, l, o}], merged: {m, l}, o, reference: {o, m, lse}}]}
+ *   backward {stage, dtype, dim, seq_q, seq_kv, causal, scale, Br, Bc, q, k, v, o, do, lse, D, pairs: [{block, j,
+ *            i, rows, keys, P, dP, dS, "dQ add" (rows × d), dV, dK (keys × d, the block's sums after the pair)}],
+ *            dq, dk, dv}
  */
 "use strict";
 
@@ -668,6 +675,253 @@ const SeeItRun = (() => {
     draw();
   }
 
+  // ---- view 6: the copy pipeline (stage 07) ---------------------------------------------
+  /**
+   * cp.async's groups, from a thread's events in program order, by the PTX ISA's rule: a commit
+   * makes the copies since the last commit one group; wait_group n lands the oldest groups until
+   * at most n are pending. Returns the groups {id, copies, committed, landed} (event indices) and,
+   * after each event, the groups in flight.
+   */
+  function cpAsyncGroups(events) {
+    const groups = [], pending = [];
+    let open = [];
+    const inFlight = events.map((e, n) => {
+      if (e.op === "copy") open.push(e);
+      if (e.op === "commit") {
+        const g = {id: groups.length, copies: open, committed: n, landed: null};
+        groups.push(g), pending.push(g), open = [];
+      }
+      if (e.op === "wait") while (pending.length > e.n) pending.shift().landed = n;
+      return pending.map((g) => g.id);
+    });
+    return {groups, inFlight};
+  }
+
+  function pipelineText(e) {
+    switch (e.op) {
+      case "copy": return `cp.async ${e.what} rows ${e.first}–${e.first + e.count - 1}` + (e.buffer >= 0 ? ` → buffer ${e.buffer}` : "");
+      case "commit": return "cp.async.commit_group";
+      case "wait": return `cp.async.wait_group ${e.n}`;
+      case "barrier": return "__syncthreads()";
+      case "compute": return `${e.what} on keys ${e.tile}– (buffer ${e.buffer})`;
+      default: return e.op;
+    }
+  }
+
+  function renderPipeline(root, trace) {
+    root.append(el("h2", {}, "The copy pipeline: cp.async groups and double buffering (stage 07)"),
+      el("p", {}, `Block 0 of stage 07 (fp16, d = ${trace.pipeline[0].dim}) on one Q tile against ${trace.pipeline[0].seq_kv} ` +
+        `keys, tiles of ${trace.pipeline[0].Bc}: its steps in program order, as thread 0 ran them on the CPU backend, ` +
+        "finished (left) and without the prefetch (variant no_prefetch, right). A commit closes a group of copies; " +
+        "wait_group n lets the n newest groups stay in flight and lands the rest; a barrier then makes them visible " +
+        "to every thread. The bars are the groups in flight: where a bar spans a compute step, the copy overlaps it."));
+    const columns = el("div", {class: "columns"});
+    root.append(columns);
+    for (const run of trace.pipeline) {
+      const {groups, inFlight} = cpAsyncGroups(run.events);
+      const n = run.events.length, cw = 13, lane = 18;
+      const top = 20, W = n * cw + 110, H = top + (groups.length + 1) * lane + 10;
+      const pic = svg("svg", {width: W, height: H, class: "timeline", id: `pipe-svg-${run.variant}`});
+      run.events.forEach((e, k) => {
+        if (e.op === "barrier") pic.append(svg("line", {x1: 100 + k * cw + cw / 2, x2: 100 + k * cw + cw / 2, y1: top - 4, y2: H - 6,
+          stroke: "#999", "stroke-dasharray": "3 2"}));
+        if (e.op === "compute") {
+          pic.append(svg("rect", {x: 100 + k * cw, y: top, width: cw, height: lane - 3, fill: "#e6550d", class: "compute",
+            "data-event": k, "data-tile": e.tile}), svg("title", {}, pipelineText(e)));
+        }
+      });
+      pic.append(svg("text", {x: 2, y: top + 12, "font-size": 11}, "compute"));
+      groups.forEach((g, r) => {
+        const y = top + (r + 1) * lane, end = g.landed === null ? n : g.landed;
+        const label = g.copies.map((c) => c.what === "Q" ? "Q" : `KV ${c.first}`).join(", ") || "(empty)";
+        pic.append(svg("text", {x: 2, y: y + 12, "font-size": 11}, `group ${g.id}: ${label}`),
+          svg("rect", {x: 100 + g.committed * cw, y, width: (end - g.committed + 1) * cw, height: lane - 3, fill: "#3182bd",
+            opacity: 0.75, class: "group", "data-group": g.id, "data-start": g.committed, "data-end": end}));
+      });
+      const table = el("table", {class: "steps pipe-events", id: `pipe-events-${run.variant}`},
+        el("tr", {}, ["step", "thread 0 does", "groups in flight after it"].map((h) => el("th", {}, h))));
+      run.events.forEach((e, k) => table.append(el("tr", {class: `op-${e.op}`, "data-event": k,
+        "data-in-flight": inFlight[k].join(",")}, el("td", {}, k), el("td", {}, pipelineText(e)),
+      el("td", {}, inFlight[k].length ? inFlight[k].map((id) => `group ${id}`).join(", ") : "none"))));
+      const overlapped = run.events.filter((e, k) => e.op === "compute" &&
+        groups.some((g) => g.committed < k && (g.landed === null || g.landed > k))).length;
+      const computes = run.events.filter((e) => e.op === "compute").length;
+      columns.append(el("div", {class: "column", id: `pipe-${run.variant}`},
+        el("h3", {}, run.variant === "tuned" ? "Finished: tile j+1's copy flies while tile j is computed" :
+          "no_prefetch: copy, wait, compute, one after another"),
+        el("p", {class: "conflicts", "data-overlapped": overlapped, "data-computes": computes},
+          `${overlapped} of ${computes} compute steps run with a copy in flight.`),
+        el("div", {class: "scroll-x"}, pic), el("div", {class: "scroll"}, table)));
+    }
+  }
+
+  // ---- view 7: split-KV decoding (stage 09) ---------------------------------------------
+  /** Stage 02's merge of parts {m, l}: the total (m, l) and each part's weight e^(m_part − m) (0 if empty). */
+  function mergeParts(parts) {
+    const m = Math.max(...parts.map((q) => q.m));
+    const weights = parts.map((q) => (q.m === -Infinity ? 0 : Math.exp(q.m - m)));
+    const l = parts.reduce((sum, q, n) => sum + q.l * weights[n], 0);
+    return {m, l, weights};
+  }
+  const WARP_COLOURS = ["#8dd3c7", "#fdb462", "#bebada", "#fb8072"];
+
+  function renderSplitKv(root, trace) {
+    const SK = trace.split_kv;
+    let seq = 0;
+    root.append(el("h2", {}, "Split-KV decoding: a sequence's splits and their merge (stage 09)"),
+      el("p", {}, `Stage 09 (fp32, d = ${SK.dim}) on a batch of ${SK.sequences.length} sequences of ` +
+        `${SK.sequences.map((s) => s.length).join(" and ")} keys, one new query each. Every cache is cut into splits ` +
+        `of ${SK.chunk} keys (3 for the longest), one block each, numbered sequence after sequence; each of a block's ` +
+        `${SK.warps} warps streams its own keys, ${SK.sequences[0].splits[0].warp_keys} at a time. The parts are merged ` +
+        "by stage 02's rule twice: the warps' inside a block, then the splits' in the merge kernel. The numbers are the " +
+        "kernels' own, from the CPU backend."),
+      el("p", {class: "formula"}, "m = max mₛ    wₛ = exp(mₛ − m)    l = Σ wₛ·lₛ    O = Σ wₛ·Oₛ / l"));
+    const controls = el("div", {class: "controls"}, SK.sequences.map((s, b) => el("button", {id: `skv-seq-${b}`,
+      onclick: () => { seq = b; draw(); }}, `sequence ${b} (${s.length} keys)`)));
+    const body = el("div");
+    root.append(controls, body);
+
+    function draw() {
+      [...controls.children].forEach((b, n) => b.classList.toggle("selected", n === seq));
+      const S = SK.sequences[seq];
+      body.replaceChildren();
+
+      // 1. The keys: which split (block) and which warp of it reads each.
+      const W = 720, H = 34, kw = W / S.length;
+      const bar = svg("svg", {width: W + 20, height: H + 34, id: "skv-keys", class: "keybar"});
+      for (const sp of S.splits) {
+        for (let j = sp.begin; j < sp.end; ++j) {
+          const warp = Math.floor((j - sp.begin) / sp.warp_keys) % SK.warps;
+          bar.append(svg("rect", {x: 10 + j * kw, y: 4, width: Math.max(kw, 0.6), height: H, fill: WARP_COLOURS[warp],
+            "data-key": j, "data-block": sp.block, "data-warp": warp}));
+        }
+        bar.append(svg("line", {x1: 10 + sp.begin * kw, x2: 10 + sp.begin * kw, y1: 0, y2: H + 8, stroke: "#000", "stroke-width": 2}),
+          svg("text", {x: 10 + (sp.begin + sp.end) / 2 * kw, y: H + 24, "text-anchor": "middle", "font-size": 12},
+            `block ${sp.block}: keys ${sp.begin}–${sp.end - 1}`));
+      }
+      body.append(el("h3", {}, `Sequence ${seq}: ${S.length} keys in ${S.splits.length} splits`), bar,
+        el("p", {class: "note"}, [...Array(SK.warps).keys()].map((w) =>
+          el("span", {class: "swatch", style: `background: ${WARP_COLOURS[w]}`}, `warp ${w}`))));
+
+      // 2. Each split block: its warps' parts, merged into the block's (m, l) and unnormalised O.
+      const table = el("table", {class: "steps", id: "skv-splits"},
+        el("tr", {}, ["block", "keys", ...[...Array(SK.warps).keys()].map((w) => `warp ${w}: (m, l)`),
+          "block (m, l), the kernel's", "merged here from the warps"].map((h) => el("th", {}, h))));
+      for (const sp of S.splits) {
+        const warps = sp.warp_m.map((m, w) => ({m, l: sp.warp_l[w]}));
+        const mine = mergeParts(warps);
+        table.append(el("tr", {"data-block": sp.block}, el("td", {}, sp.block), el("td", {}, `${sp.begin}–${sp.end - 1}`),
+          warps.map((q, w) => el("td", {class: "pair"}, el("span", {class: "num", "data-value": String(q.m)}, fmt(q.m)), ", ",
+            el("span", {class: "num", "data-value": String(q.l)}, fmt(q.l)))),
+          el("td", {class: "pair kernel"}, `${fmt(sp.m)}, ${fmt(sp.l)}`),
+          el("td", {class: "pair warps-merged", "data-m": String(mine.m), "data-l": String(mine.l)}, `${fmt(mine.m)}, ${fmt(mine.l)}`)));
+      }
+      body.append(el("h3", {}, "Inside each block: the warps' parts"),
+        el("p", {class: "note"}, "A warp's m is the max of its keys' scaled scores, its l the sum of exp(s − m) over them " +
+          "(−∞ and 0 for a warp with no key here). The block merges its warps by the rule above."), table);
+
+      // 3. The merge kernel: the splits' parts, their weights, the row's (m, l) and O.
+      const total = mergeParts(S.splits);
+      const o = S.splits[0].o.map((_, c) => S.splits.reduce((sum, sp, n) => sum + total.weights[n] * sp.o[c], 0) / total.l);
+      const merge = el("table", {class: "steps", id: "skv-merge"},
+        el("tr", {}, ["split", "block", "mₛ", "lₛ", "wₛ = exp(mₛ − m)", "wₛ·lₛ"].map((h) => el("th", {}, h))));
+      S.splits.forEach((sp, n) => merge.append(el("tr", {"data-block": sp.block}, el("td", {}, sp.split), el("td", {}, sp.block),
+        num(sp.m, "m"), num(sp.l, "l"), num(total.weights[n], "weight"), num(total.weights[n] * sp.l, "wl"))));
+      merge.append(el("tr", {class: "total"}, el("td", {}, "merged here"), el("td", {}, ""), num(total.m, "total-m"),
+        el("td", {}, ""), el("td", {}, ""), num(total.l, "total-l")),
+      el("tr", {class: "total"}, el("td", {}, "the merge kernel's"), el("td", {}, ""), num(S.merged.m, "kernel-m"),
+        el("td", {}, ""), el("td", {}, ""), num(S.merged.l, "kernel-l")));
+      body.append(el("h3", {}, "The merge kernel: one row from its splits"), merge,
+        vector("Each split's O (unnormalised: Σ exp(s − mₛ)·v over its keys), split 0", S.splits[0].o, "skv-part-o"),
+        vector("O = Σ wₛ·Oₛ / l, merged here", o, "skv-o-here"),
+        vector("O, the kernel's output", S.o, "skv-o-kernel"),
+        vector("O, float64 reference", S.reference.o, "skv-o-reference"));
+    }
+    draw();
+  }
+
+  // ---- view 8: one tile pair of the backward pass (stage 10) ---------------------------
+  /** A matrix as an SVG heat map: blue for positive, red for negative, white at 0; `mark` = [row, col] outlined. */
+  function heatmap(id, rows, label, mark) {
+    const n = rows.length, m = rows[0].length, cell = Math.max(3, Math.min(8, Math.floor(320 / Math.max(n, m))));
+    const top = Math.max(1e-30, ...rows.flat().map(Math.abs));
+    const pic = svg("svg", {id, class: "heatmap", width: m * cell + 2, height: n * cell + 2});
+    rows.forEach((row, r) => row.forEach((x, c) => {
+      const t = Math.min(1, Math.abs(x) / top), shade = Math.round(255 * (1 - t));
+      pic.append(svg("rect", {x: 1 + c * cell, y: 1 + r * cell, width: cell, height: cell, "data-row": r, "data-col": c,
+        "data-value": String(x), fill: x >= 0 ? `rgb(${shade},${shade},255)` : `rgb(255,${shade},${shade})`}));
+    }));
+    if (mark) {
+      pic.append(svg("rect", {class: "mark", x: 1 + mark[1] * cell - 1, y: 1 + mark[0] * cell - 1, width: cell + 2,
+        height: cell + 2, fill: "none", stroke: "#000", "stroke-width": 2}));
+    }
+    return el("figure", {}, pic, el("figcaption", {}, `${label} (${n} × ${m}; |max| ${fmt(top)})`));
+  }
+
+  function renderBackward(root, trace) {
+    const BW = trace.backward;
+    let pick = 0, row = 0, col = 0;
+    root.append(el("h2", {}, "The backward pass, one tile pair at a time (stage 10)"),
+      el("p", {}, `Stage 10 (fp32, d = ${BW.dim}${BW.causal ? ", causal" : ""}) on one head of ${BW.seq_q} queries and ` +
+        `${BW.seq_kv} keys, tiles of Br = ${BW.Br} queries and Bc = ${BW.Bc} keys. One block per K/V tile j keeps dK_j and ` +
+        "dV_j on chip and loops over the Q tiles i; for each pair it recomputes P from the forward's log-sum-exp and adds " +
+        "to dV_j, dK_j and (atomically, shared with every other block) dQ_i. Pick a tile pair, then a cell of P."),
+      el("p", {class: "formula"}, "P = exp(scale·QKᵀ − lse)   dP = dO·Vᵀ   dS = P ∘ (dP − D), D = rowsum(dO ∘ O)   " +
+        "dV += Pᵀ·dO   dK += scale·dSᵀ·Q   dQ += scale·dS·K"));
+    const pairsBox = el("div", {class: "controls", id: "bw-pairs"});
+    const body = el("div");
+    root.append(pairsBox, body);
+
+    function draw() {
+      const pair = BW.pairs[pick];
+      const qTiles = Math.ceil(BW.seq_q / BW.Br), kTiles = Math.ceil(BW.seq_kv / BW.Bc);
+      // The pairs, Q tiles down and K/V tiles across: visited, or skipped (no key visible).
+      const grid = el("table", {class: "steps", id: "bw-grid"},
+        el("tr", {}, el("th", {}, "Q tile \\ K/V tile (block)"), [...Array(kTiles).keys()].map((j) =>
+          el("th", {}, `keys ${j * BW.Bc}– (block ${j})`))));
+      for (let i = 0; i < qTiles; ++i) {
+        grid.append(el("tr", {}, el("th", {}, `queries ${i * BW.Br}–`), [...Array(kTiles).keys()].map((j) => {
+          const n = BW.pairs.findIndex((q) => q.i === i * BW.Br && q.j === j * BW.Bc);
+          return n < 0 ? el("td", {class: "skipped", "data-i": i * BW.Br, "data-j": j * BW.Bc}, "skipped")
+            : el("td", {"data-i": i * BW.Br, "data-j": j * BW.Bc}, el("button", {id: `bw-pair-${n}`,
+              class: n === pick ? "selected" : "", onclick: () => { pick = n; row = col = 0; draw(); }},
+            `step ${BW.pairs.filter((q, m) => q.block === BW.pairs[n].block && m <= n).length} of block ${BW.pairs[n].block}`));
+        })));
+      }
+      pairsBox.replaceChildren(grid);
+
+      // This pair's P, dP, dS; a cell's arithmetic.
+      const at = (name) => pair[name];
+      row = Math.min(row, pair.rows - 1), col = Math.min(col, pair.keys - 1);
+      const qi = pair.i + row, kj = pair.j + col;
+      const dsHere = at("P")[row][col] * (at("dP")[row][col] - BW.D[qi]);
+      const maps = el("div", {class: "pictures", id: "bw-maps"},
+        heatmap("bw-P", at("P"), "P", [row, col]), heatmap("bw-dP", at("dP"), "dP", [row, col]),
+        heatmap("bw-dS", at("dS"), "dS", [row, col]));
+      maps.addEventListener("click", (e) => {
+        const r = e.target.getAttribute && e.target.getAttribute("data-row");
+        if (r !== null && r !== undefined) { row = Number(r); col = Number(e.target.getAttribute("data-col")); draw(); }
+      });
+      body.replaceChildren(el("h3", {}, `Tile pair: queries ${pair.i}–${pair.i + pair.rows - 1}, keys ${pair.j}–` +
+        `${pair.j + pair.keys - 1} (block ${pair.block})`), maps,
+      el("p", {class: "status", id: "bw-cell", "data-row": qi, "data-col": kj, "data-ds": String(dsHere)},
+        `Query ${qi}, key ${kj}: P = ${fmt(at("P")[row][col])}, dP = ${fmt(at("dP")[row][col])}, D = ${fmt(BW.D[qi])}; ` +
+        `P·(dP − D) = ${fmt(dsHere)}, the kernel's dS = ${fmt(at("dS")[row][col])}.`));
+
+      // What the pair adds: dV_j and dK_j (the block's running sums, less the previous pair's), dQ_i.
+      const before = BW.pairs.slice(0, pick).filter((q) => q.block === pair.block).pop();
+      const added = (name) => at(name).map((r, c) => r.map((x, n) => x - (before ? before[name][c][n] : 0)));
+      body.append(el("h3", {}, "What this pair adds"),
+        el("p", {class: "note"}, before
+          ? `dV_j and dK_j are the block's running sums: after this pair less after its previous one (queries ${before.i}–).`
+          : "This is the block's first pair: dV_j and dK_j start from 0."),
+        el("div", {class: "pictures"}, heatmap("bw-dV", added("dV"), "dV_j += Pᵀ·dO_i (keys × d)"),
+          heatmap("bw-dK", added("dK"), "dK_j += scale·dSᵀ·Q_i (keys × d)"),
+          heatmap("bw-dQ", at("dQ add"), "dQ_i += scale·dS·K_j (queries × d, atomic)")));
+    }
+    draw();
+  }
+
   // ---- the page ------------------------------------------------------------------------
   function addView(view) { views.push(view); }
 
@@ -676,6 +930,9 @@ const SeeItRun = (() => {
   addView({id: "hbm", title: "HBM bytes (stages 04, 05)", render: renderHbm});
   addView({id: "fragments", title: "Fragments (stage 06)", render: renderFragments});
   addView({id: "swizzle", title: "Swizzle (stage 07)", render: renderSwizzle});
+  addView({id: "pipeline", title: "Pipeline (stage 07)", render: renderPipeline});
+  addView({id: "split-kv", title: "Split-KV (stage 09)", render: renderSplitKv});
+  addView({id: "backward", title: "Backward (stage 10)", render: renderBackward});
 
   function start(trace, source) {
     trace = revive(trace);

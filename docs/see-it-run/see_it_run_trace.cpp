@@ -1,6 +1,6 @@
 /**
  * \file see_it_run_trace.cpp
- * \brief Runs stages 02 and 04-07 on the CPU backend with their trace points on
+ * \brief Runs stages 02, 04-07, 09 and 10 on the CPU backend with their trace points on
  *        (common/trace.h) and writes what they did as JSON, for the "See it run" page.
  *
  * The trace holds, for a small problem with several tiles in each direction:
@@ -12,7 +12,12 @@
  * - the float64 reference of every output, and each run's IO-model bytes;
  * - stage 06 (fp16, d = 64): warp 0's fragments on its first K/V tile, lane by lane;
  * - stage 07 (fp16, d = 64), finished and without the swizzle: its first K tile as it lies
- *   in shared memory and warp 0's first ldmatrix of K.
+ *   in shared memory and warp 0's first ldmatrix of K; finished and without the prefetch:
+ *   block 0's copies, commits, waits, barriers and compute, in program order;
+ * - stage 09 (fp32) on a ragged batch: each split block's keys, its warps' (m, l), its own
+ *   (m, l) and partial O, and the merge kernel's (m, l) and output;
+ * - stage 10 (fp32, causal): every tile pair's P, dP and dS, the block's dK_j and dV_j after
+ *   it, and what it added to dQ_i.
  *
  * \code
  * see_it_run_trace --out DIR                  # DIR/trace.json and DIR/trace.js
@@ -34,6 +39,7 @@
 
 #include "common/cli.h"
 #include "common/cuda_check.h"
+#include "common/decode_problem.h"
 #include "common/demo.h"
 #include "common/device.h"
 #include "common/device_buffer.h"
@@ -49,6 +55,8 @@
 #include "stages/06_tensor_cores/tensor_core_attention.h"
 #include "stages/07_memory_pipeline/pipelined_attention.h"
 #include "stages/07_memory_pipeline/tuning.h"
+#include "stages/09_split_kv_decoding/split_kv_decoding.h"
+#include "stages/10_backward/backward_attention.h"
 
 namespace {
 
@@ -321,13 +329,179 @@ void write_swizzle(fa::JsonWriter& w, uint64_t seed) {
   w.end_array();
 }
 
+// Stage 07 at d = 64, fp16, on one Q tile against 4 K/V tiles, finished and without the
+// prefetch: block 0's pipeline steps in program order (its cp.async copies, commits, waits,
+// barriers and the compute on each tile).
+void write_pipeline(fa::JsonWriter& w, uint64_t seed) {
+  fa::AttentionProblem p = fa::make_problem(1, 1, 128, 512, 64);
+  p.dtype = fa::DType::F16;
+  const RoundedInputs in = rounded_inputs(p, seed);
+  w.begin_array();
+  for (const std::string name : {"tuned", "no_prefetch"}) {
+    fa::DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * 2);
+    fa::DeviceTensors t = in.device.tensors();
+    t.o = o.data();
+    fa::trace::start(p.seq_q);
+    fa::find_variant(fa::pipeline::variants(), name, "stage 07").run(p, t, nullptr);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    w.begin_object().field("variant", name).field("dim", p.dim).field("seq_q", p.seq_q).field("seq_kv", p.seq_kv);
+    w.field("Bc", fa::pipeline::key_tile_rows(p.dim)).key("events").begin_array();
+    for (const fa::trace::Event& e : fa::trace::blocks().at(0).events) {
+      w.begin_object().field("op", e.op);
+      if (e.op == "copy") w.field("what", e.what).field("first", e.first).field("count", e.count).field("buffer", e.j);
+      if (e.op == "wait") w.field("n", e.count);
+      if (e.op == "compute") w.field("what", e.what).field("tile", e.first).field("buffer", e.j);
+      w.end_object();
+    }
+    w.end_array().end_object();
+  }
+  w.end_array();
+}
+
+// ---- stage 09: a ragged batch's splits and their merge ---------------------------------------
+
+// Keyed values of `name` under `key`, or an error naming what the trace lacks.
+const std::vector<double>& keyed_at(const std::string& name, const std::vector<int64_t>& key) {
+  const auto found = fa::trace::keyed().find(name);
+  if (found == fa::trace::keyed().end() || found->second.count(key) == 0) {
+    throw fa::InputError("the trace has no '" + name + "' under the key it needs");
+  }
+  return found->second.at(key);
+}
+
+// Stage 09 (fp32, d = 16) on two sequences of 400 and 150 keys, one new query each, cut into
+// 3 splits for the longest: each split block's keys, its warps' (m, l), the block's (m, l)
+// and unnormalised O, then the merge kernel's (m, l) and the output.
+void write_split_kv(fa::JsonWriter& w, uint64_t seed) {
+  const fa::DecodeProblem p = fa::make_decode_problem(2, 1, 1, 1, 400, {400, 150}, 16, 0.0, false, fa::DType::F32);
+  const fa::decode::Plan plan = fa::decode::make_plan(p, 1, 3);
+  const fa::AttentionInputs in = fa::random_decode_inputs(p, seed);
+  const fa::DeviceInputs dev = fa::upload_inputs(in.q, in.k, in.v, p.dtype);
+  const std::vector<int> lens32(p.kv_lens.begin(), p.kv_lens.end());
+  const fa::DeviceBuffer<int> lens(lens32);
+  fa::DeviceBuffer<float> o(static_cast<std::size_t>(p.q_elems())), lse(static_cast<std::size_t>(p.rows()));
+  fa::DeviceBuffer<unsigned char> workspace(fa::decode::workspace_bytes(p, plan));
+  o.fill_bytes(0xff);
+  fa::trace::start(p.rows());
+  fa::decode::attention(p, plan, dev.q.data(), dev.k.data(), dev.v.data(), lens.data(), o.data(), lse.data(),
+                        workspace.data());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> out = o.download();
+  const fa::AttentionRows<double> ref = fa::reference_decode(p, in.q.data(), in.k.data(), in.v.data(), {0, 1});
+
+  w.begin_object().field("stage", "09_split_kv_decoding").field("dtype", "fp32").field("dim", p.dim);
+  w.field("scale", p.scale).field("chunk", plan.chunk).field("warps", fa::decode::WARPS).key("sequences").begin_array();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t len = p.kv_lens[static_cast<std::size_t>(b)];
+    const auto head = static_cast<std::size_t>(b * p.max_seq_kv * p.dim);  // Hkv = 1: sequence b's cache
+    w.begin_object().field("length", len).key("q");
+    write_array(w, in.q.data() + b * p.dim, static_cast<std::size_t>(p.dim));
+    w.key("k");
+    write_rows(w, std::vector<float>(in.k.begin() + head, in.k.begin() + head + len * p.dim), p.dim);
+    w.key("v");
+    write_rows(w, std::vector<float>(in.v.begin() + head, in.v.begin() + head + len * p.dim), p.dim);
+    w.key("splits").begin_array();
+    for (int64_t y = 0; y < plan.chunks; ++y) {  // the blocks of this sequence, in grid order
+      const std::vector<double>& split = keyed_at("split", {y});  // {b, split, begin, end, WARP_KEYS}
+      if (static_cast<int64_t>(split[0]) != b) continue;
+      w.begin_object().field("block", y).field("split", split[1]).field("begin", split[2]).field("end", split[3]);
+      w.field("warp_keys", split[4]).key("warp_m");
+      write_array(w, keyed_at("warp m", {y, b}));
+      w.key("warp_l");
+      write_array(w, keyed_at("warp l", {y, b}));
+      const std::vector<double>& part = keyed_at("part", {y, b});
+      w.field("m", part[0]).field("l", part[1]).key("o");
+      write_array(w, keyed_at("part o", {y, b}));
+      w.end_object();
+    }
+    const std::vector<double>& merged = keyed_at("merged", {b});
+    w.end_array().key("merged").begin_object().field("m", merged[0]).field("l", merged[1]).end_object().key("o");
+    write_array(w, out.data() + b * p.dim, static_cast<std::size_t>(p.dim));
+    w.key("reference").begin_object().key("o");
+    write_array(w, ref.o.data() + b * p.dim, static_cast<std::size_t>(p.dim));
+    w.field("m", ref.m[static_cast<std::size_t>(b)]).field("lse", ref.lse[static_cast<std::size_t>(b)]);
+    w.end_object().end_object();
+  }
+  w.end_array().end_object();
+}
+
+// ---- stage 10: the tile pairs of the backward pass ---------------------------------------------
+
+// Stage 10 (fp32, d = 16, causal) on one head of 80 queries and 80 keys: two K/V tiles, each a
+// block, and two Q tiles. For every tile pair a block visits: P, dP and dS, the block's dV_j
+// and dK_j after it, and what it added to dQ_i.
+void write_backward(fa::JsonWriter& w, uint64_t seed) {
+  fa::AttentionProblem p = fa::make_problem(1, 1, 80, 80, 16);
+  p.causal = true;
+  const fa::AttentionInputs in = fa::random_inputs(p, seed);
+  const std::vector<float> d_o = fa::random_output_gradient(p, seed);
+  // The forward's O and log-sum-exp, as the backward receives them: float64, rounded to float.
+  const fa::AttentionRows<double> fwd = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(), fa::all_rows(p));
+  const std::vector<float> o(fwd.o.begin(), fwd.o.end()), lse(fwd.lse.begin(), fwd.lse.end());
+  const fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o_dev(o), do_dev(d_o), lse_dev(lse);
+  fa::DeviceBuffer<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+  fa::DeviceBuffer<unsigned char> workspace(fa::backward::workspace_bytes(p));
+  dq.fill_bytes(0xff), dk.fill_bytes(0xff), dv.fill_bytes(0xff);
+  fa::trace::start(p.seq_q);
+  fa::backward::attention_backward(p, {q.data(), k.data(), v.data(), o_dev.data(), do_dev.data(), lse_dev.data(),
+                                       dq.data(), dk.data(), dv.data()}, workspace.data());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+
+  using fa::backward::Bc;
+  using fa::backward::Br;
+  w.begin_object().field("stage", "10_backward").field("dtype", "fp32").field("dim", p.dim).field("seq_q", p.seq_q);
+  w.field("seq_kv", p.seq_kv).field("causal", p.causal).field("scale", p.scale).field("Br", Br).field("Bc", Bc);
+  const std::pair<const char*, const std::vector<float>*> tensors[] = {{"q", &in.q}, {"k", &in.k}, {"v", &in.v},
+                                                                       {"o", &o}, {"do", &d_o}};
+  for (const auto& [name, x] : tensors) {
+    w.key(name);
+    write_rows(w, *x, p.dim);
+  }
+  w.key("lse");
+  write_array(w, lse);
+  w.key("D").begin_array();  // kernel 1's rowsum(dO ∘ O)
+  for (int64_t r = 0; r < p.seq_q; ++r) w.value(keyed_at("D", {r})[0]);
+  w.end_array().key("pairs").begin_array();
+  // The pairs each block visited, in its loop's order: those with a row of P recorded.
+  const auto& p_rows = fa::trace::keyed().at("P");
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // (block, i0)
+  for (const auto& [key, values] : p_rows) {
+    if (key[2] == 0) pairs.emplace_back(key[0], key[1]);
+  }
+  for (const auto& [block, i0] : pairs) {
+    const int64_t j0 = block * Bc, rows = std::min<int64_t>(Br, p.seq_q - i0), keys = std::min<int64_t>(Bc, p.seq_kv - j0);
+    w.begin_object().field("block", block).field("j", j0).field("i", i0).field("rows", rows).field("keys", keys);
+    for (const char* name : {"P", "dP", "dS", "dQ add"}) {  // a row of the Q tile each, its valid columns
+      w.key(name).begin_array();
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::vector<double>& row = keyed_at(name, {block, i0, r});
+        write_array(w, row.data(), static_cast<std::size_t>(name == std::string("dQ add") ? p.dim : keys));
+      }
+      w.end_array();
+    }
+    for (const char* name : {"dV", "dK"}) {  // a key of the K/V tile each
+      w.key(name).begin_array();
+      for (int64_t c = 0; c < keys; ++c) write_array(w, keyed_at(name, {block, i0, c}));
+      w.end_array();
+    }
+    w.end_object();
+  }
+  w.end_array();
+  const std::pair<const char*, fa::DeviceBuffer<float>*> grads[] = {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}};
+  for (const auto& [name, x] : grads) {
+    w.key(name);
+    write_rows(w, x->download(), p.dim);
+  }
+  w.end_object();
+}
+
 int run(int argc, const char* const* argv) {
   std::string out_dir;
   std::vector<float> row = {2, 1, 4, 1.5f, 3};  // the posts' worked example
   int64_t batch = 1, heads = 2, seq_q = 160, seq_kv = 160, dim = 16;
   uint64_t seed = 2024;
   fa::ArgParser a(argv[0],
-                  "Runs stages 02 and 04-07 on the CPU backend with their trace points on and writes what every "
+                  "Runs stages 02, 04-07, 09 and 10 on the CPU backend with their trace points on and writes what every "
                   "block did as DIR/trace.json (and DIR/trace.js, the same for the page opened from the file "
                   "system).");
   a.add_string("out", &out_dir, "the directory to write to (created)", "DIR");
@@ -360,6 +534,12 @@ int run(int argc, const char* const* argv) {
   write_fragments(w, seed);
   w.key("swizzle");
   write_swizzle(w, seed);
+  w.key("pipeline");
+  write_pipeline(w, seed);
+  w.key("split_kv");
+  write_split_kv(w, seed);
+  w.key("backward");
+  write_backward(w, seed);
   w.end_object();
   json << "\n";
 

@@ -28,6 +28,8 @@
 
 #include <cstdint>
 
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
+
 namespace fa::pipe {
 
 /// Starts copying 16 bytes from global `src` to shared `dst` (both 16-byte aligned); with
@@ -46,6 +48,7 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool fil
 __device__ __forceinline__ void cp_async_commit() {
 #ifdef FA_CPU_KERNEL
   ::fa_cpu::cp_async_commit();
+  FA_TRACE(commit());
 #else
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
@@ -56,6 +59,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #ifdef FA_CPU_KERNEL
   ::fa_cpu::cp_async_wait(N);
+  FA_TRACE(wait(N));
 #else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif

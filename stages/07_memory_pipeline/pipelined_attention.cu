@@ -207,14 +207,17 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   const TileCopy<T, C, Br> copy_q;
   const TileCopy<T, C, Bc> copy_kv;
   copy_q(Qs, Qh + i0 * D, q_valid);
+  FA_TRACE(copy("Q", i0, q_valid, -1));  // the pipeline's steps, for See it run (cp_async.cuh traces commit and wait)
   cp_async_commit();
   if constexpr (S::prefetch) {
     copy_kv(Ks(0), Kh, kv_valid(0));
     copy_kv(Vs(0), Vh, kv_valid(0));
+    FA_TRACE(copy("K, V", 0, kv_valid(0), 0));
     cp_async_commit();
   }
   cp_async_wait<S::prefetch ? 1 : 0>();  // Q_i has landed; K_0/V_0 may still be in flight
   __syncthreads();
+  FA_TRACE(barrier());
 
   // The warp's rows: M_TILES m-tiles of 16, m-tile mt starting at row 16·(M_TILES·warp + mt)
   // of the Q tile. ldmatrix row addresses, lane by lane (lane 8·i + r gives row r of
@@ -263,6 +266,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     if constexpr (!S::prefetch) {  // variant no_prefetch: copy this tile, wait for it
       copy_kv(Ks(buf), Kh + j0 * D, kv_valid(j0));
       copy_kv(Vs(buf), Vh + j0 * D, kv_valid(j0));
+      FA_TRACE(copy("K, V", j0, kv_valid(j0), buf));
       cp_async_commit();
       cp_async_wait<0>();
     // exercise 07-prefetch: copy tile j+1 into the other buffer, then wait only for tile j's copies
@@ -271,6 +275,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     } else if (j + 1 < kv_tiles) {  // start the next tile's copy into the other buffer ...
       copy_kv(Ks(1 - buf), Kh + (j0 + Bc) * D, kv_valid(j0 + Bc));
       copy_kv(Vs(1 - buf), Vh + (j0 + Bc) * D, kv_valid(j0 + Bc));
+      FA_TRACE(copy("K, V", j0 + Bc, kv_valid(j0 + Bc), 1 - buf));
       cp_async_commit();
       cp_async_wait<1>();  // ... and wait only for this tile's (the older group)
     } else {
@@ -278,6 +283,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     }
     // end exercise 07-prefetch
     __syncthreads();  // every thread's copies of tile j have landed and are visible
+    FA_TRACE(barrier());
     const T* Kt = Ks(buf);
     const T* Vt = Vs(buf);
     FA_TRACE(tile("K", Kt, Bc * D));  // the K tile as it lies in shared memory
@@ -393,7 +399,9 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
         }
       }
     }
+    FA_TRACE(compute("S = Q·Kᵀ, softmax, O += P·V", j0, buf));
     __syncthreads();  // all warps are done with buffer j%2 before the next iteration refills it
+    FA_TRACE(barrier());
   }
 
   // Divide by l once, and write O (rounded to T) and the log-sum-exp.

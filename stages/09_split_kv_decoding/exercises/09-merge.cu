@@ -63,6 +63,7 @@
 #include "common/errors.h"
 #include "stages/09_split_kv_decoding/tuning.h"
 #include "common/head_dim.h"
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/02_online_softmax/online_softmax.h"
 #include "stages/06_tensor_cores/mma.cuh"
 
@@ -237,6 +238,11 @@ __device__ __forceinline__ void merge_warps(const float* acc, const Stats* stats
     Stats total;
     const float o = merge_parts(WARPS, stats + r, ROWS, acc + r * D + c, ROWS * D, &total);
     const int64_t row = row0 + r;
+    FA_TRACE(keyed("part o", {blockIdx.y, row}, c, D, o));  // this split's (m, l, O), and each warp's (m, l)
+    if (c == 0) FA_TRACE(keyed("part", {blockIdx.y, row}, 0, 2, total.m));
+    if (c == 0) FA_TRACE(keyed("part", {blockIdx.y, row}, 1, 2, total.l));
+    if (c < WARPS) FA_TRACE(keyed("warp m", {blockIdx.y, row}, c, WARPS, stats[c * ROWS + r].m));
+    if (c < WARPS) FA_TRACE(keyed("warp l", {blockIdx.y, row}, c, WARPS, stats[c * ROWS + r].l));
     if (prm.splits == 1) {
       write_row<T>(O, lse, row, c, D, o, total);
     } else {
@@ -267,6 +273,7 @@ __global__ void __launch_bounds__(THREADS, S::min_blocks)
   allow_merge_launch<S::pdl>();
   const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
   if (begin >= len) return;  // no chunk (only if the device's lengths are not the plan's)
+  FA_TRACE(block_values("split", {blockIdx.y}, b, split, begin, end, WARP_KEYS));  // warp w: keys from begin + w·WARP_KEYS on
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slot = lane / LANES;   // which of a load's KEYS key rows this lane reads
@@ -615,6 +622,8 @@ __global__ void merge_kernel(const float* __restrict__ part_acc, const Stats* __
   const int used = (kv_lens[b] + prm.chunk - 1) / prm.chunk;  // splits that reached this sequence
   Stats total;
   const float o = merge_parts(used, part_stats + row, prm.total_rows, part_acc + row * D + c, prm.total_rows * D, &total);
+  if (c == 0) FA_TRACE(keyed("merged", {row}, 0, 2, total.m));  // the row's (m, l) over every split
+  if (c == 0) FA_TRACE(keyed("merged", {row}, 1, 2, total.l));
   write_row<T>(O, lse, row, c, D, o, total);
 }
 

@@ -45,6 +45,7 @@
 #include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/07_memory_pipeline/cp_async.cuh"
 #include "stages/10_backward/tuning.h"
 
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   // TODO(exercise 10-row-d): D = rowsum(dO * O) for this warp's row (32 lanes, then shuffles), and this row of dQ set to 0
+  if (lane == 0) FA_TRACE(keyed("D", {row}, 0, 1, sum));
   // Q' = Q times scale·log2(e), the float stage 05 multiplies its Q tile by, rounded as it
   // rounds it: with the sum in stage 05's order (k = 0, 1, ..., D − 1) kernel 2's S comes out
   // as the forward pass's S, bit for bit, and S − lse leaves only lse's own rounding (the
@@ -289,6 +291,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         for (int jj = 0; jj < S_COLS; ++jj) {
           const int c = tx + TX * jj;
           Ps[r * L::PS + c] = c <= last ? dev::fast_exp2<S::fast_exp>(fmaf(-lse_r, LOG2E, s[ii][jj])) : 0.0f;
+          FA_TRACE(keyed("P", {blockIdx.x, i0, r}, c, Bc, Ps[r * L::PS + c]));  // this tile pair's P, dP and dS
         }
       }
     }
@@ -306,11 +309,21 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
       }
     }
     // end exercise 10-ds
+    for (int ii = 0; ii < S_ROWS && group == 1; ++ii) {
+      for (int jj = 0; jj < S_COLS; ++jj) FA_TRACE(keyed("dP", {blockIdx.x, i0, gy + 8 * ii}, tx + TX * jj, Bc, s[ii][jj]));
+    }
     __syncthreads();  // dS is in shared memory
+    for (int c = threadIdx.x; c < Br * Bc; c += THREADS) FA_TRACE(keyed("dS", {blockIdx.x, i0, c / Bc}, c % Bc, Bc, dSs[c / Bc * L::PS + c % Bc]));
 
     // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q'_i (group 1, times scale / q_scale once,
     // at the end, since Q' = q_scale·Q).
     cols_times_cols<D>(grad, x_tile, y_tile, gy, tx);
+    for (int kk = 0; kk < KEYS; ++kk) {  // dV_j (group 0) or dK_j (group 1) so far, in their final units
+      for (int n = 0; n < DCOLS; ++n) {
+        FA_TRACE(keyed(group == 0 ? "dV" : "dK", {blockIdx.x, i0, L::key(gy, kk)}, L::col(tx, n), D,
+                       (group == 0 ? 1.0f : scale / q_scale) * grad[kk][n]));
+      }
+    }
     __syncthreads();  // Q_i, dO_i, lse_i and D_i are read for the last time: the next tile may load
 
     // The next Q tile's copies fly while this one's dQ (which reads only dS and K_j) is computed.
@@ -336,6 +349,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
       for (int n = 0; n < DCOLS; n += L::VEC) {
         float add[L::VEC];
         for (int e = 0; e < L::VEC; ++e) add[e] = scale * dq[ii][n + e];
+        for (int e = 0; e < L::VEC; ++e) FA_TRACE(keyed("dQ add", {blockIdx.x, i0, r}, L::col(tx, n) + e, D, add[e]));
         atomic_add_vec<L::VEC, S::vector_atomics>(&dQh[(i0 + r) * D + L::col(tx, n)], add);
       }
     }
