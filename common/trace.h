@@ -48,7 +48,8 @@ namespace fa::trace {
 
 /// One thing a block did: `op` is "load", "store", "step" or "skip"; or, for a copy pipeline
 /// (stage 07), "copy" (first, count; j: the buffer), "commit", "wait" (count: N), "barrier"
-/// or "compute" (first: the key tile; j: the buffer).
+/// or "compute" (first: the key tile; j: the buffer); or, for stage 08's ring (ring()), a
+/// step of warpgroup i with first: the tile's ring position, count: a phase parity, j: a slot.
 struct Event {
   std::string op;    ///< what happened
   std::string what;  ///< the tensors loaded or stored ("Q", "K, V", "O, m, l"), or empty
@@ -153,6 +154,18 @@ inline void wait(int n) { event("wait", "", 0, n, -1, -1); }
 inline void barrier() { event("barrier", "", 0, 0, -1, -1); }
 /// The block computed `what` on the key/value tile at row j0, in buffer `buffer`.
 inline void compute(const char* what, int64_t j0, int buffer) { event("compute", what, j0, 0, buffer, -1); }
+
+/// A step of stage 08's ring, recorded by the first thread of each warpgroup (0: the
+/// producer, 1 + c: consumer c): `op` is "load" (TMA of `what` into slot `slot`), "wait" (on
+/// barrier `what` of slot `slot`, for phase parity `parity`, passed), "issue" (a wgmma,
+/// `what`), "softmax", "arrive" (on barrier `what`), "turn" (the consumer's turn at the tensor
+/// cores begins) or "pass" (it lets the next consumer go); `tile` is the K/V tile's position in
+/// the ring (the tiles copied before it), or −1.
+inline void ring(const char* op, const char* what, int slot, int parity, int64_t tile) {
+  if (threadIdx.x % 128 == 0) {
+    record_event(blockIdx.x, Event{op, what, tile, parity, slot, static_cast<int64_t>(threadIdx.x / 128)});
+  }
+}
 
 /// This thread's per-row scalars: rows first .. first + R − 1 of `name`, times `mul`.
 template <int R>

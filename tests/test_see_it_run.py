@@ -14,6 +14,9 @@ view against the trace and against what is computed here:
   conflicts (none swizzled, 8-way in plain rows);
 - stage 07's pipeline: the cp.async groups by the ISA's rule, each tile computed after its
   copy landed, no buffer refilled too early, the overlap with and without the prefetch;
+- stage 08's ring: each tile's slot, the producer's and consumers' barrier waits with their
+  parities, each slot refilled only after every consumer let go, the overlap, the ping-pong
+  turns, and the ring's state on the page at several steps;
 - stage 09's split-KV: each split's and each warp's (m, l, O) against float64, the merge;
 - stage 10's backward: every tile pair's P, dP, dS and additions to dK, dV, dQ against float64.
 Saves screenshots of what it checked. With --plants, plants a bug in each view's script
@@ -471,6 +474,71 @@ def check_pipeline(d, by, trace, f, shots):
                 f"pipeline {v}: the page counts {shown_n.text!r}, {overlapped} overlap")
     d.find_element(by.ID, "view-pipeline").screenshot(os.path.join(shots, "see-it-run-pipeline.png"))
 
+# ---- stage 08's ring ------------------------------------------------------------------------
+def check_ring(d, by, trace, f, shots):
+    R = trace["ring"]
+    ev, slots, C = R["events"], R["slots"], R["consumers"]
+    tiles = -(-R["seq_kv"] // R["Bc"])
+    at = lambda **kw: [n for n, e in enumerate(ev) if all(e[k] == v for k, v in kw.items())]
+    loads = {e["tile"]: n for n, e in enumerate(ev) if e["op"] == "load" and e["what"] == "K, V"}
+    f.check(sorted(loads) == list(range(tiles)), f"ring: tiles loaded {sorted(loads)}, want 0..{tiles - 1}")
+    for t, n in loads.items():
+        f.check(ev[n]["slot"] == t % slots, f"ring: tile {t} loaded into slot {ev[n]['slot']}, not {t % slots}")
+        # The producer's wait on empty[slot]: parity (round & 1) ^ 1, and for round > 0 after every consumer let go.
+        waits = at(warpgroup=0, op="wait", what="empty", tile=t)
+        f.check(len(waits) == 1 and waits[0] < n and ev[waits[0]]["parity"] == ((t // slots) & 1) ^ 1,
+                f"ring: the producer's wait on empty[{t % slots}] for tile {t}: {[ev[w] for w in waits]}")
+        if t >= slots and waits:
+            freed = [m for m in at(op="arrive", what="empty", tile=t - slots)]
+            f.check(len(freed) == C and max(freed) < waits[0],
+                    f"ring: tile {t} goes into slot {t % slots} at step {waits[0]} before all {C} consumers let go of tile "
+                    f"{t - slots} (arrivals at {freed})")
+        for c in range(1, C + 1):  # each consumer: waits on k_full and v_full after the load, with the round's parity
+            for name, use in (("k_full", "S = Q·Kᵀ"), ("v_full", "O += P·V")):
+                w = at(warpgroup=c, op="wait", what=name, tile=t)
+                i = at(warpgroup=c, op="issue", what=use, tile=t)
+                f.check(len(w) == 1 and len(i) == 1 and n < w[0] < i[0] and ev[w[0]]["parity"] == (t // slots) & 1
+                        and ev[w[0]]["slot"] == t % slots,
+                        f"ring: consumer {c - 1} reads tile {t} ({name}) at steps {w}, {i}; loaded at {n}")
+            done = at(warpgroup=c, op="arrive", what="empty", tile=t)
+            pv = at(warpgroup=c, op="issue", what="O += P·V", tile=t)
+            f.check(len(done) == 1 and pv and done[0] > pv[0], f"ring: consumer {c - 1} lets go of tile {t} before its P·V")
+            if t + 1 < tiles:  # the overlap: S of the next tile is issued before P·V of this one
+                nxt = at(warpgroup=c, op="issue", what="S = Q·Kᵀ", tile=t + 1)
+                f.check(nxt and pv and nxt[0] < pv[0], f"ring: consumer {c - 1} issues S of tile {t + 1} after P·V of tile {t}")
+    # Ping-pong: turns alternate, and within a turn the other consumer issues nothing.
+    turns = [e["warpgroup"] for e in ev if e["op"] == "turn"]
+    f.check(turns == [1 + k % C for k in range(len(turns))] and len(turns) >= tiles,
+            f"ring: turns taken by warpgroups {turns}")
+    for n in at(op="turn"):
+        w = ev[n]["warpgroup"]
+        end = next(m for m in range(n, len(ev)) if ev[m]["op"] == "pass" and ev[m]["warpgroup"] == w)
+        others = [m for m in range(n, end) if ev[m]["op"] == "issue" and ev[m]["warpgroup"] != w]
+        f.check(not others, f"ring: warpgroup {3 - w} issues at {others}, during warpgroup {w}'s turn {n}-{end}")
+
+    # The page: the lanes and the ring's state at every step, against the state simulated here.
+    d.find_element(by.ID, "tab-ring").click()
+    boxes = cells(d, "#ring-lanes rect.step")
+    f.check([(int(b["event"]), int(b["warpgroup"]), b["op"]) for b in boxes] == [(n, e["warpgroup"], e["op"]) for n, e in enumerate(ev)],
+            "ring: the lanes' boxes are not the trace's steps")
+    state = [{"tile": "", "arrivals": 0, "empty": 0, "loads": 0} for _ in range(slots)]
+    for _ in ev:  # back to step 1, then every step forward
+        d.find_element(by.ID, "ring-prev").click()
+    for n, e in enumerate(ev):
+        if e["op"] == "load" and e["what"] == "K, V":
+            state[e["slot"]].update(tile=str(e["tile"]), arrivals=0, loads=state[e["slot"]]["loads"] + 1)
+        if e["op"] == "arrive" and e["what"] == "empty":
+            state[e["slot"]]["arrivals"] += 1
+            state[e["slot"]]["empty"] += state[e["slot"]]["arrivals"] == C
+        step = int(d.find_element(by.ID, "ring-status").text.split()[1])
+        shown_rows = cells(d, "#ring-table tr[data-slot]")
+        got = [{"tile": r["tile"], "arrivals": int(r["arrivals"]), "empty": int(r["emptyPhases"]), "loads": int(r["loads"])}
+               for r in shown_rows]
+        f.check(step == n + 1 and got == state, f"ring after step {n + 1}: the page (step {step}) shows {got}, the events give {state}")
+        if n == 31:
+            d.find_element(by.ID, "view-ring").screenshot(os.path.join(shots, "see-it-run-ring.png"))
+        d.find_element(by.ID, "ring-next").click()
+
 # ---- split-KV decoding (stage 09) -----------------------------------------------------------
 def near(a, b, rel=1e-5):
     """Whether a kernel's fp32 value is the float64 one, to fp32's rounding over a short sum."""
@@ -646,6 +714,8 @@ PLANTS = [
      check_swizzle),
     ("pipeline", "wait_group n leaves n + 1 groups in flight", "while (pending.length > e.n)",
      "while (pending.length > e.n + 1)", check_pipeline),
+    ("ring", "empty[slot] completes at the first consumer's arrival", "if (++s.arrivals === R.consumers)",
+     "if (++s.arrivals === 1)", check_ring),
     ("split-kv", "a part's weight exp(m - m_s)", "Math.exp(q.m - m)", "Math.exp(m - q.m)", check_split_kv),
     ("split-kv", "keys drawn in runs of one warp too many", "% SK.warps;", "% (SK.warps + 1);", check_split_kv),
     ("backward", "the block's running sums shown as the pair's additions", "x - (before ? before[name][c][n] : 0)", "x",
@@ -741,6 +811,7 @@ def main():
         check_fragments(d, By, trace, f, shots)
         check_swizzle(d, By, trace, f, shots)
         check_pipeline(d, By, trace, f, shots)
+        check_ring(d, By, trace, f, shots)
         check_split_kv(d, By, trace, f, shots)
         check_backward(d, By, trace, f, shots)
 

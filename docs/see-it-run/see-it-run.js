@@ -21,6 +21,8 @@
  *   swizzle  [{variant, dim, rows, places: [[K row, chunk]] a 16-byte place, k, lanes: {"B = K": [...]}}]
  *   pipeline [{variant, dim, seq_q, seq_kv, Bc, events: [{op: "copy", what, first, count, buffer} | {op: "commit"} |
  *            {op: "wait", n} | {op: "barrier"} | {op: "compute", what, tile, buffer}]}]: stage 07's block 0, thread 0
+ *   ring     {stage, dim, seq_q, seq_kv, Bc, slots, consumers, events: [{warpgroup, op, what, slot, parity, tile}]}:
+ *            stage 08's block 0, the first thread of each warpgroup (0: the producer), in the order they ran
  *   split_kv {stage, dtype, dim, scale, chunk, warps, sequences: [{length, q, k, v, splits: [{block, split, begin,
  *            end, warp_keys, warp_m, warp_l, m, l, o}], merged: {m, l}, o, reference: {o, m, lse}}]}
  *   backward {stage, dtype, dim, seq_q, seq_kv, causal, scale, Br, Bc, q, k, v, o, do, lse, D, pairs: [{block, j,
@@ -755,7 +757,111 @@ const SeeItRun = (() => {
     }
   }
 
-  // ---- view 7: split-KV decoding (stage 09) ---------------------------------------------
+  // ---- view 7: stage 08's ring of K/V slots ---------------------------------------------
+  /**
+   * The ring's state after each event: per slot, the K/V tile last loaded into it, the
+   * consumers' arrivals on empty[slot] since then, and the phases empty[slot] has completed
+   * (one each time all the consumers have arrived).
+   */
+  function ringStates(R) {
+    const slots = [...Array(R.slots).keys()].map(() => ({tile: null, arrivals: 0, emptyPhases: 0, loads: 0}));
+    return R.events.map((e) => {
+      if (e.op === "load" && e.what === "K, V") Object.assign(slots[e.slot], {tile: e.tile, arrivals: 0, loads: slots[e.slot].loads + 1});
+      if (e.op === "arrive" && e.what === "empty") {
+        const s = slots[e.slot];
+        if (++s.arrivals === R.consumers) s.emptyPhases += 1;
+      }
+      return slots.map((s) => ({...s}));
+    });
+  }
+
+  const RING_COLOURS = {load: "#3182bd", wait: "#bdbdbd", issue: "#e6550d", softmax: "#31a354", arrive: "#756bb1",
+    turn: "#fdd835", pass: "#fdd835"};
+
+  function ringText(e) {
+    const who = e.warpgroup === 0 ? "producer" : `consumer ${e.warpgroup - 1}`;
+    switch (e.op) {
+      case "load": return e.what === "Q" ? `${who}: TMA Q → Q buffer ${e.slot}` : `${who}: TMA K, V of tile ${e.tile} → slot ${e.slot}`;
+      case "wait": return `${who}: ${e.what}[${e.slot}] phase with parity ${e.parity} done` + (e.tile >= 0 ? ` (tile ${e.tile})` : "");
+      case "issue": return `${who}: issue ${e.what} of tile ${e.tile} (wgmma, slot ${e.slot})`;
+      case "softmax": return `${who}: softmax of S of tile ${e.tile}`;
+      case "arrive": return `${who}: arrive on empty[${e.slot}]: done with tile ${e.tile}`;
+      case "turn": return `${who}: its turn at the tensor cores`;
+      case "pass": return `${who}: passes the turn on`;
+      default: return `${who}: ${e.op}`;
+    }
+  }
+
+  function renderRing(root, trace) {
+    const R = trace.ring, states = ringStates(R), n = R.events.length;
+    let k = n;
+    root.append(el("h2", {}, "Stage 08's ring: producer, mbarriers and two consumers"),
+      el("p", {}, `Block 0 of stage 08 (fp16, d = ${R.dim}) on one Q tile of ${R.seq_q} rows against ${R.seq_kv} keys: ` +
+        `${R.seq_kv / R.Bc} K/V tiles through a ring of ${R.slots} slots. The producer (warpgroup 0) waits until a slot ` +
+        "is empty, then has the TMA copy K and V into it; each consumer (64 query rows) waits on the slot's full " +
+        "barriers, issues its wgmma products and arrives on empty[slot] when it is done with it. With ping-pong the " +
+        "consumers take turns at issuing (yellow: a turn). Every step is the first thread of a warpgroup, in the order " +
+        "the CPU backend ran them: one valid interleaving, not the GPU's timing."));
+    const controls = el("div", {class: "controls"},
+      el("button", {id: "ring-prev", onclick: () => show(k - 1)}, "Previous"),
+      el("button", {id: "ring-next", onclick: () => show(k + 1)}, "Next step"),
+      el("button", {id: "ring-end", onclick: () => show(n)}, "End"),
+      el("span", {id: "ring-status", class: "status"}));
+    const lanes = el("div", {class: "scroll-x"}), ring = el("div", {id: "ring-slots"}), list = el("div", {class: "scroll"});
+    root.append(controls, lanes, ring, list);
+
+    function show(m) {
+      k = Math.max(1, Math.min(n, m));
+      const e = R.events[k - 1];
+      root.querySelector("#ring-status").textContent = `step ${k} of ${n}: ${ringText(e)}`;
+      // The three lanes; a consumer's turn shaded from its "turn" to its "pass".
+      const cw = 14, lane = 26, W = 110 + n * cw, H = 10 + (R.consumers + 1) * lane;
+      const pic = svg("svg", {width: W, height: H, id: "ring-lanes"});
+      for (let w = 0; w <= R.consumers; ++w) {
+        pic.append(svg("text", {x: 2, y: 10 + w * lane + 15, "font-size": 11}, w === 0 ? "producer" : `consumer ${w - 1}`));
+      }
+      R.events.forEach((x, i) => {
+        if (x.op === "turn") {
+          const end = R.events.findIndex((y, j) => j > i && y.warpgroup === x.warpgroup && y.op === "pass");
+          pic.append(svg("rect", {x: 100 + i * cw, y: 10 + x.warpgroup * lane - 2, width: ((end < 0 ? n : end) - i + 1) * cw,
+            height: lane, fill: "#fff59d", class: "turn", "data-warpgroup": x.warpgroup, "data-start": i, "data-end": end}));
+        }
+      });
+      R.events.forEach((x, i) => {
+        const box = svg("rect", {x: 100 + i * cw + 1, y: 10 + x.warpgroup * lane + 2, width: cw - 2, height: lane - 8,
+          fill: RING_COLOURS[x.op] || "#999", stroke: i === k - 1 ? "#000" : "none", "stroke-width": 2, class: "step",
+          "data-event": i, "data-warpgroup": x.warpgroup, "data-op": x.op});
+        box.append(svg("title", {}, ringText(x)));
+        pic.append(box);
+        if (x.tile >= 0 && x.op !== "wait") {
+          pic.append(svg("text", {x: 100 + i * cw + cw / 2, y: 10 + x.warpgroup * lane + 15, "font-size": 9, fill: "#fff",
+            "text-anchor": "middle"}, x.tile));
+        }
+      });
+      lanes.replaceChildren(pic, el("p", {class: "note"}, Object.entries({load: "TMA copy", wait: "barrier wait passed",
+        issue: "wgmma issued", softmax: "softmax", arrive: "arrive on empty"}).map(([op, text]) =>
+        el("span", {class: "swatch", style: `background: ${RING_COLOURS[op]}`}, text)), " (numbers: the K/V tile)"));
+
+      // The ring after step k.
+      ring.replaceChildren(el("h3", {}, `The ring after step ${k}`), el("table", {class: "steps", id: "ring-table"},
+        el("tr", {}, ["slot", "holds K/V tile", "loads into it", `consumers done with it (of ${R.consumers})`,
+          "empty[slot]: phases completed"].map((h) => el("th", {}, h))),
+        states[k - 1].map((s, i) => el("tr", {"data-slot": i, "data-tile": s.tile === null ? "" : s.tile,
+          "data-arrivals": s.arrivals, "data-empty-phases": s.emptyPhases, "data-loads": s.loads},
+        el("td", {}, i), el("td", {}, s.tile === null ? "–" : s.tile), el("td", {}, s.loads),
+        el("td", {}, s.arrivals), el("td", {}, s.emptyPhases))))),
+      el("p", {class: "note"}, "The producer's k-th fill of a slot (k = 0, 1, ...) waits on empty[slot] for parity " +
+        "(k & 1) ^ 1: the phase before the first counts as done, so round 0 does not wait. A consumer reading tile t " +
+        `waits on k_full and v_full of slot t mod ${R.slots} for parity (t / ${R.slots}) & 1.`);
+      list.replaceChildren(el("table", {class: "steps ring-events"},
+        el("tr", {}, ["step", "what happened"].map((h) => el("th", {}, h))),
+        R.events.map((x, i) => el("tr", {class: i === k - 1 ? "current" : "", "data-event": i},
+          el("td", {}, i + 1), el("td", {}, ringText(x))))));
+    }
+    show(n);
+  }
+
+  // ---- view 8: split-KV decoding (stage 09) ---------------------------------------------
   /** Stage 02's merge of parts {m, l}: the total (m, l) and each part's weight e^(m_part − m) (0 if empty). */
   function mergeParts(parts) {
     const m = Math.max(...parts.map((q) => q.m));
@@ -840,7 +946,7 @@ const SeeItRun = (() => {
     draw();
   }
 
-  // ---- view 8: one tile pair of the backward pass (stage 10) ---------------------------
+  // ---- view 9: one tile pair of the backward pass (stage 10) ---------------------------
   /** A matrix as an SVG heat map: blue for positive, red for negative, white at 0; `mark` = [row, col] outlined. */
   function heatmap(id, rows, label, mark) {
     const n = rows.length, m = rows[0].length, cell = Math.max(3, Math.min(8, Math.floor(320 / Math.max(n, m))));
@@ -931,6 +1037,7 @@ const SeeItRun = (() => {
   addView({id: "fragments", title: "Fragments (stage 06)", render: renderFragments});
   addView({id: "swizzle", title: "Swizzle (stage 07)", render: renderSwizzle});
   addView({id: "pipeline", title: "Pipeline (stage 07)", render: renderPipeline});
+  addView({id: "ring", title: "Ring (stage 08)", render: renderRing});
   addView({id: "split-kv", title: "Split-KV (stage 09)", render: renderSplitKv});
   addView({id: "backward", title: "Backward (stage 10)", render: renderBackward});
 

@@ -1,6 +1,6 @@
 /**
  * \file see_it_run_trace.cpp
- * \brief Runs stages 02, 04-07, 09 and 10 on the CPU backend with their trace points on
+ * \brief Runs stages 02 and 04-10 on the CPU backend with their trace points on
  *        (common/trace.h) and writes what they did as JSON, for the "See it run" page.
  *
  * The trace holds, for a small problem with several tiles in each direction:
@@ -14,6 +14,8 @@
  * - stage 07 (fp16, d = 64), finished and without the swizzle: its first K tile as it lies
  *   in shared memory and warp 0's first ldmatrix of K; finished and without the prefetch:
  *   block 0's copies, commits, waits, barriers and compute, in program order;
+ * - stage 08 (fp16, d = 64): block 0's ring of K/V slots, step by step, as its producer and
+ *   its two consumers ran on the CPU backend;
  * - stage 09 (fp32) on a ragged batch: each split block's keys, its warps' (m, l), its own
  *   (m, l) and partial O, and the merge kernel's (m, l) and output;
  * - stage 10 (fp32, causal): every tile pair's P, dP and dS, the block's dK_j and dV_j after
@@ -55,6 +57,8 @@
 #include "stages/06_tensor_cores/tensor_core_attention.h"
 #include "stages/07_memory_pipeline/pipelined_attention.h"
 #include "stages/07_memory_pipeline/tuning.h"
+#include "stages/08_hopper/hopper_attention.h"
+#include "stages/08_hopper/tuning.h"
 #include "stages/09_split_kv_decoding/split_kv_decoding.h"
 #include "stages/10_backward/backward_attention.h"
 
@@ -358,6 +362,27 @@ void write_pipeline(fa::JsonWriter& w, uint64_t seed) {
   w.end_array();
 }
 
+// Stage 08 at d = 64, fp16, on one Q tile of 128 rows against 5 K/V tiles: block 0's ring, as
+// its producer and its two consumers stepped through it (the first thread of each warpgroup),
+// in the order the CPU backend ran them.
+void write_ring(fa::JsonWriter& w, uint64_t seed) {
+  fa::AttentionProblem p = fa::make_problem(1, 1, 128, 640, 64);
+  p.dtype = fa::DType::F16;
+  const RoundedInputs in = rounded_inputs(p, seed);
+  fa::DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * 2);
+  fa::trace::start(p.seq_q);
+  fa::hopper::attention(p, in.device.q.data(), in.device.k.data(), in.device.v.data(), o.data());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  w.begin_object().field("stage", "08_hopper").field("dim", p.dim).field("seq_q", p.seq_q).field("seq_kv", p.seq_kv);
+  w.field("Bc", fa::hopper::Bc).field("slots", fa::hopper::Tuned::stages).field("consumers", fa::hopper::consumers(p.dim));
+  w.key("events").begin_array();
+  for (const fa::trace::Event& e : fa::trace::blocks().at(0).events) {
+    w.begin_object().field("warpgroup", e.i).field("op", e.op).field("what", e.what).field("slot", e.j);
+    w.field("parity", e.count).field("tile", e.first).end_object();
+  }
+  w.end_array().end_object();
+}
+
 // ---- stage 09: a ragged batch's splits and their merge ---------------------------------------
 
 // Keyed values of `name` under `key`, or an error naming what the trace lacks.
@@ -501,7 +526,7 @@ int run(int argc, const char* const* argv) {
   int64_t batch = 1, heads = 2, seq_q = 160, seq_kv = 160, dim = 16;
   uint64_t seed = 2024;
   fa::ArgParser a(argv[0],
-                  "Runs stages 02, 04-07, 09 and 10 on the CPU backend with their trace points on and writes what every "
+                  "Runs stages 02 and 04-10 on the CPU backend with their trace points on and writes what every "
                   "block did as DIR/trace.json (and DIR/trace.js, the same for the page opened from the file "
                   "system).");
   a.add_string("out", &out_dir, "the directory to write to (created)", "DIR");
@@ -536,6 +561,8 @@ int run(int argc, const char* const* argv) {
   write_swizzle(w, seed);
   w.key("pipeline");
   write_pipeline(w, seed);
+  w.key("ring");
+  write_ring(w, seed);
   w.key("split_kv");
   write_split_kv(w, seed);
   w.key("backward");

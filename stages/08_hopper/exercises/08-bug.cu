@@ -53,6 +53,7 @@
 #include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
+#include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/08_hopper/hopper.cuh"
 #include "stages/08_hopper/tuning.h"
@@ -220,6 +221,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
           tma_load_4d(smem + L::q + b * L::Q_BYTES + c * BR * 128, &tq, &q_full[b], c * BOX, qt * BR, bh % order.h,
                       bh / order.h);
         }
+        FA_TRACE(ring("load", "Q", b, -1, -1));  // the ring's steps, for See it run
         const int n_tiles = tiles_for(qt);
         for (int j = 0; j < n_tiles; ++j, ++it) {
           // exercise 08-parity: K/V tile number `it` goes to slot s of the ring in round it / STAGES; wait until the consumers have emptied the slot: which phase of empty[s] must have completed?
@@ -227,6 +229,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
           const int s = it % STAGES, round = it / STAGES;
           mbarrier_wait(&empty[s], (round & 1) ^ 1);  // the consumers are done with this slot (round 0: free)
           // end exercise 08-parity
+          FA_TRACE(ring("wait", "empty", it % STAGES, (it / STAGES & 1) ^ 1, it));
           mbarrier_arrive_expect_tx(&k_full[s], L::KV_BYTES);
           for (int c = 0; c < D / BOX; ++c)
             tma_load_4d(smem + L::k + s * L::KV_BYTES + c * Bc * 128, &tk, &k_full[s], c * BOX, j * Bc, bh % order.h,
@@ -235,6 +238,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
           for (int c = 0; c < D / BOX; ++c)
             tma_load_4d(smem + L::v + s * L::KV_BYTES + c * Bc * 128, &tv, &v_full[s], c * BOX, j * Bc, bh % order.h,
                         bh / order.h);
+          FA_TRACE(ring("load", "K, V", s, -1, it));
         }
         t = order.next(t, gridDim.x);
       }
@@ -258,6 +262,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       const int slot = (it + j) % STAGES;
       const uint8_t* Ks = smem + L::k + slot * L::KV_BYTES;
       mbarrier_wait(&k_full[slot], (j / STAGES) & 1);
+      FA_TRACE(ring("wait", "k_full", slot, ((it + j) / STAGES) & 1, it + j));
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -267,6 +272,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         wgmma_ss<T, Bc>(s, a, b, kk > 0);
       }
       wgmma_commit();
+      FA_TRACE(ring("issue", "S = Q·Kᵀ", slot, -1, it + j));
     };
 
     // O += P·V_j: Bc/16 products of 64×16 (P, registers) by 16×D (V, MN-major), issued.
@@ -274,6 +280,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       const int slot = (it + j) % STAGES;
       const uint8_t* Vs = smem + L::v + slot * L::KV_BYTES;
       mbarrier_wait(&v_full[slot], ((it + j) / STAGES) & 1);
+      FA_TRACE(ring("wait", "v_full", slot, ((it + j) / STAGES) & 1, it + j));
       fence_registers(o);
       wgmma_fence();
 #pragma unroll
@@ -285,8 +292,12 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         wgmma_rs<T, D>(o, pj[kk], b, true);
       }
       wgmma_commit();
+      FA_TRACE(ring("issue", "O += P·V", slot, -1, it + j));
     };
-    const auto release = [&](int j) { mbarrier_arrive(&empty[(it + j) % STAGES]); };
+    const auto release = [&](int j) {
+      mbarrier_arrive(&empty[(it + j) % STAGES]);
+      FA_TRACE(ring("arrive", "empty", (it + j) % STAGES, -1, it + j));
+    };
 
     // A row's max or sum over this thread's part of it: as a tree, in log2(Bc/4) dependent
     // steps (variant serial_reduce: one value after the other, Bc/4 steps).
@@ -342,6 +353,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         l[r] = alpha[r] * l[r] + reduce(r, [](float a, float b) { return a + b; });
         m[r] = m_new;
       }
+      FA_TRACE(ring("softmax", "", -1, -1, it + j));
       return moved;
     };
 
@@ -370,9 +382,11 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     // waits at its own hardware barrier (1 + cw) and then lets the next one go.
     const auto my_turn = [&] {
       if (PINGPONG) named_barrier_sync(1 + cw, 2 * WG);
+      if (PINGPONG) FA_TRACE(ring("turn", "", -1, -1, -1));
     };
     const auto next_turn = [&] {
       if (PINGPONG) named_barrier_arrive(1 + (cw + 1) % C, 2 * WG);
+      if (PINGPONG) FA_TRACE(ring("pass", "", -1, -1, -1));
     };
 
     // One K/V tile that has a next one: P_j (made already, in pj) times V_j, and S_{j+1}
