@@ -321,13 +321,17 @@ def check_fragments(d, by, trace, f, shots):
             r, c = a_at(lane, e)
             p = next(v for e2, v in enumerate(L["P"][lane]["values"]) if c_at(lane, e2) == (r, c))
             f.check(same(x, fp16(p)), f"trace: lane {lane} A = P element {e} is {x}, P there is {p} (fp16 {fp16(p)})")
-        # A row's scores live in its quad: the lane's own max is over its columns of S.
-        own = max(S[lane // 4][c] * F["scale_log2"] for c in range(F["Bc"]) if c % 8 // 2 == lane % 4)
-        got = L["row max g"][lane]["values"][0]
-        f.check(abs(got - own) <= 1e-4 * max(1.0, abs(own)), f"trace: lane {lane}'s own max is {got}, its columns give {own}")
-        row_max = max(S[lane // 4][c] * F["scale_log2"] for c in range(F["Bc"]))
-        got = L["row max g"][lane]["values"][1]
-        f.check(abs(got - row_max) <= 1e-4 * max(1.0, abs(row_max)), f"trace: lane {lane}'s m_new is {got}, row max {row_max}")
+        # A row's scores live in its quad: the lane's own max is over its columns of S (rows g and g + 8).
+        for h, name in ((0, "row max g"), (1, "row max g+8")):
+            row = lane // 4 + 8 * h
+            own = max(S[row][c] * F["scale_log2"] for c in range(F["Bc"]) if c % 8 // 2 == lane % 4)
+            got = L[name][lane]["values"][0]
+            f.check(abs(got - own) <= 1e-4 * max(1.0, abs(own)), f"trace: lane {lane}'s own max of row {row} is {got}, "
+                    f"its columns give {own}")
+            row_max = max(S[row][c] * F["scale_log2"] for c in range(F["Bc"]))
+            got = L[name][lane]["values"][1]
+            f.check(abs(got - row_max) <= 1e-4 * max(1.0, abs(row_max)), f"trace: lane {lane}'s m_new of row {row} is {got}, "
+                    f"row max {row_max}")
 
     d.find_element(by.ID, "tab-fragments").click()
     grids = {"frag-a": ("A = Q", a_at, lambda r, c: Q[r][c], 8),
@@ -354,14 +358,16 @@ def check_fragments(d, by, trace, f, shots):
                     f"(of lanes {sorted(set(mine))}), not {mine_count}")
         # The quad's max: each lane's own, the two shuffles, the kernel's m_new.
         quad = [4 * (lane // 4) + k for k in range(4)]
-        own = [L["row max g"][n]["values"][0] for n in quad]
-        x1 = [max(own[k], own[k ^ 1]) for k in range(4)]
-        x2 = [max(x1[k], x1[k ^ 2]) for k in range(4)]
-        for cls, want in (("own", own), ("x1", x1), ("x2", x2)):
-            got = [float(c.get_attribute("data-value")) for c in d.find_elements(by.CSS_SELECTOR, f"#frag-rowmax td.{cls}")]
-            f.check(got == want, f"fragments row max of row {lane // 4}: {cls} shows {got}, want {want}")
-        kernel = [float(c.get_attribute("data-value")) for c in d.find_elements(by.CSS_SELECTOR, "#frag-rowmax td.kernel")]
-        f.check(kernel == x2, f"fragments row max of row {lane // 4}: two shuffles give {x2}, the kernel had {kernel}")
+        for h, name, table in ((0, "row max g", "frag-rowmax"), (1, "row max g+8", "frag-rowmax-8")):
+            row = lane // 4 + 8 * h
+            own = [L[name][n]["values"][0] for n in quad]
+            x1 = [max(own[k], own[k ^ 1]) for k in range(4)]
+            x2 = [max(x1[k], x1[k ^ 2]) for k in range(4)]
+            for cls, want in (("own", own), ("x1", x1), ("x2", x2)):
+                got = [float(c.get_attribute("data-value")) for c in d.find_elements(by.CSS_SELECTOR, f"#{table} td.{cls}")]
+                f.check(got == want, f"fragments row max of row {row}: {cls} shows {got}, want {want}")
+            kernel = [float(c.get_attribute("data-value")) for c in d.find_elements(by.CSS_SELECTOR, f"#{table} td.kernel")]
+            f.check(kernel == x2, f"fragments row max of row {row}: two shuffles give {x2}, the kernel had {kernel}")
         if lane == 9:
             d.find_element(by.ID, "view-fragments").screenshot(os.path.join(shots, "see-it-run-fragments.png"))
     # ldmatrix: the row address each lane handed it, as the kernel computed it.
@@ -725,7 +731,6 @@ PLANTS = [
 
 
 def check_grids(d, by, trace, f, shots):
-    P = trace["problem"]
     d.find_element(by.ID, "tab-grids").click()
     d.find_element(by.ID, "mask-causal").click()
     check_block(d, by, trace, "05_flash2", True, 0, 5, f)

@@ -17,7 +17,7 @@
  *            where a step's rows are {row: {m, l, alpha | m_tile, l_tile, o: [d]}}
  *   fragments  {stage, dtype, dim, Bc, stride, scale_log2, q, k, v, lanes: {name: [{lane, offset, values}] × 32}}
  *              stage 06's warp 0: "A = Q", "B = K", "B = V" (ldmatrix: offset, 8 values), "S", "P" (C
- *              fragments, Bc/2 values), "row max g" ([own max, m_new]), "A = P" (8 values)
+ *              fragments, Bc/2 values), "row max g", "row max g+8" ([own max, m_new]), "A = P" (8 values)
  *   swizzle  [{variant, dim, rows, places: [[K row, chunk]] a 16-byte place, k, lanes: {"B = K": [...]}}]
  *   pipeline [{variant, dim, seq_q, seq_kv, Bc, events: [{op: "copy", what, first, count, buffer} | {op: "commit"} |
  *            {op: "wait", n} | {op: "barrier"} | {op: "compute", what, tile, buffer}]}]: stage 07's block 0, thread 0
@@ -583,21 +583,23 @@ const SeeItRun = (() => {
               return el("td", {class: "addr", "data-lane": n, "data-name": name, "data-row": r, "data-col": c}, `(${r}, ${c})`);
             })))));
 
-      // 3. A row's max: each lane's own columns, then two shuffles over the quad.
+      // 3. A row's max: each lane's own columns, then two shuffles over the quad; rows g and g + 8.
       const quad = [0, 1, 2, 3].map((k) => 4 * g + k);
-      const own = quad.map((n) => L["row max g"][n].values[0]);
-      const x1 = own.map((v, k) => Math.max(v, own[k ^ 1]));
-      const x2 = x1.map((v, k) => Math.max(v, x1[k ^ 2]));
-      body.append(el("h3", {}, `A row's max, over its quad: row ${g} (lanes ${quad[0]}-${quad[3]})`),
-        el("p", {class: "note"}, `Each lane holds ${F.Bc / 4} of the row's ${F.Bc} scores (columns 2t and 2t + 1 of every ` +
-          "8-column fragment), scaled by scale·log2 e. Its own max, then max with lane ^ 1, then with lane ^ 2: " +
-          "two __shfl_xor_sync, and all four lanes hold the row's max."),
-        el("table", {class: "steps", id: "frag-rowmax"},
-          el("tr", {}, el("th", {}, ""), quad.map((n) => el("th", {}, `lane ${n}`))),
+      body.append(el("h3", {}, `A row's max, over its quad: rows ${g} and ${g + 8} (lanes ${quad[0]}-${quad[3]})`),
+        el("p", {class: "note"}, `Each lane holds ${F.Bc / 4} of a row's ${F.Bc} scores (columns 2t and 2t + 1 of every ` +
+          "8-column fragment: c0, c1 for row g, c2, c3 for row g + 8), scaled by scale·log2 e. Its own max, then max " +
+          "with lane ^ 1, then with lane ^ 2: two __shfl_xor_sync, and all four lanes hold the row's max."));
+      for (const [h, name] of [[0, "row max g"], [1, "row max g+8"]]) {
+        const own = quad.map((n) => L[name][n].values[0]);
+        const x1 = own.map((v, k) => Math.max(v, own[k ^ 1]));
+        const x2 = x1.map((v, k) => Math.max(v, x1[k ^ 2]));
+        body.append(el("table", {class: "steps", id: h ? "frag-rowmax-8" : "frag-rowmax"},
+          el("tr", {}, el("th", {}, `row ${g + 8 * h}`), quad.map((n) => el("th", {}, `lane ${n}`))),
           el("tr", {}, el("td", {}, "own columns"), own.map((v) => num(v, "own"))),
           el("tr", {}, el("td", {}, "after xor 1"), x1.map((v) => num(v, "x1"))),
           el("tr", {}, el("td", {}, "after xor 2"), x2.map((v) => num(v, "x2"))),
-          el("tr", {}, el("td", {}, "the kernel's m_new"), quad.map((n) => num(L["row max g"][n].values[1], "kernel")))));
+          el("tr", {}, el("td", {}, "the kernel's m_new"), quad.map((n) => num(L[name][n].values[1], "kernel")))));
+      }
 
       // 4. P from C fragments to an A fragment, in registers.
       const pc = placeFragments(L.P, "C", 16, 16);
