@@ -228,8 +228,8 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
           //   stub: const int s = it % STAGES;
           const int s = it % STAGES, round = it / STAGES;
           mbarrier_wait(&empty[s], (round & 1) ^ 1);  // the consumers are done with this slot (round 0: free)
+          FA_TRACE(ring("wait", "empty", s, (round & 1) ^ 1, it));
           // end exercise 08-parity
-          FA_TRACE(ring("wait", "empty", it % STAGES, (it / STAGES & 1) ^ 1, it));
           mbarrier_arrive_expect_tx(&k_full[s], L::KV_BYTES);
           for (int c = 0; c < D / BOX; ++c)
             tma_load_4d(smem + L::k + s * L::KV_BYTES + c * Bc * 128, &tk, &k_full[s], c * BOX, j * Bc, bh % order.h,
@@ -261,8 +261,9 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     const auto issue_s = [&](int j) {
       const int slot = (it + j) % STAGES;
       const uint8_t* Ks = smem + L::k + slot * L::KV_BYTES;
-      mbarrier_wait(&k_full[slot], (j / STAGES) & 1);
-      FA_TRACE(ring("wait", "k_full", slot, ((it + j) / STAGES) & 1, it + j));
+      const int phase = (j / STAGES) & 1;  // the parity of the slot's fill in this round of the ring
+      mbarrier_wait(&k_full[slot], phase);
+      FA_TRACE(ring("wait", "k_full", slot, phase, it + j));
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -279,8 +280,9 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     const auto issue_pv = [&](int j, const uint32_t(&pj)[Bc / 16][4]) {
       const int slot = (it + j) % STAGES;
       const uint8_t* Vs = smem + L::v + slot * L::KV_BYTES;
-      mbarrier_wait(&v_full[slot], ((it + j) / STAGES) & 1);
-      FA_TRACE(ring("wait", "v_full", slot, ((it + j) / STAGES) & 1, it + j));
+      const int phase = ((it + j) / STAGES) & 1;
+      mbarrier_wait(&v_full[slot], phase);
+      FA_TRACE(ring("wait", "v_full", slot, phase, it + j));
       fence_registers(o);
       wgmma_fence();
 #pragma unroll
