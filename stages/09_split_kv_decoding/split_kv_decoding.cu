@@ -280,7 +280,8 @@ __global__ void __launch_bounds__(THREADS, S::min_blocks)
   allow_merge_launch<S::pdl>();
   const auto [kv_head, r0, rows, split, b, len, begin, end] = block_work(kv_lens, prm, ROWS);
   if (begin >= len) return;  // no chunk (only if the device's lengths are not the plan's)
-  FA_TRACE(block_values("split", {blockIdx.y}, b, split, begin, end, WARP_KEYS));  // warp w: keys from begin + w·WARP_KEYS on
+  // For See it run: which keys the block takes (warp w: WARP_KEYS of them from begin + w·WARP_KEYS on).
+  FA_TRACE(block_values("split", {blockIdx.y}, b, split, begin, end, WARP_KEYS));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slot = lane / LANES;   // which of a load's KEYS key rows this lane reads

@@ -317,11 +317,15 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
       }
     }
     // end exercise 10-ds
-    for (int ii = 0; ii < S_ROWS && group == 1; ++ii) {
-      for (int jj = 0; jj < S_COLS; ++jj) FA_TRACE(keyed("dP", {blockIdx.x, i0, gy + 8 * ii}, tx + TX * jj, Bc, s[ii][jj]));
+    for (int ii = 0; ii < S_ROWS && group == 1; ++ii) {  // this pair's dP and dS, for See it run
+      for (int jj = 0; jj < S_COLS; ++jj) {
+        FA_TRACE(keyed("dP", {blockIdx.x, i0, gy + 8 * ii}, tx + TX * jj, Bc, s[ii][jj]));
+      }
     }
     __syncthreads();  // dS is in shared memory
-    for (int c = threadIdx.x; c < Br * Bc; c += THREADS) FA_TRACE(keyed("dS", {blockIdx.x, i0, c / Bc}, c % Bc, Bc, dSs[c / Bc * L::PS + c % Bc]));
+    for (int c = threadIdx.x; c < Br * Bc; c += THREADS) {
+      FA_TRACE(keyed("dS", {blockIdx.x, i0, c / Bc}, c % Bc, Bc, dSs[c / Bc * L::PS + c % Bc]));
+    }
 
     // dV_j += Pᵀ·dO_i (group 0) or dK_j += dSᵀ·Q'_i (group 1, times scale / q_scale once,
     // at the end, since Q' = q_scale·Q).
