@@ -118,9 +118,11 @@ __global__ void parity_kernel(uint32_t* out) {
   out[n++] = test_wait(bar, 1);
 }
 
-// One thread copies the box into poisoned shared memory; everyone waits; the box's bytes
-// are read back as they lie (swizzled).
-__global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int x, int y, int z, int bytes, uint32_t* out) {
+// One thread copies the box at (c.x, c.y, c.z), or with a 4-D map (c.x, c.y, c.z, c.w), into
+// poisoned shared memory; everyone waits; the box's bytes are read back as they lie (swizzled).
+template <int RANK>
+__global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int4 c, int bytes, uint32_t* out) {
+  static_assert(RANK == 3 || RANK == 4, "the maps of stages 08 and 12");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = aligned_smem(smem_raw);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + 4096);
@@ -133,28 +135,11 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int x, int y
   fence_proxy_async();
   if (threadIdx.x == 0) {
     hopper::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(bytes));
-    hopper::tma_load_3d(smem, &map, bar, x, y, z);
-  }
-  hopper::mbarrier_wait(bar, 0);
-  for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) out[i] = reinterpret_cast<const uint32_t*>(smem)[i];
-}
-
-// The same with a 4-D map, the box at (x, row, head, batch).
-__global__ void tma4_kernel(const __grid_constant__ CUtensorMap map, int x, int row, int head, int batch, int bytes,
-                            uint32_t* out) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = aligned_smem(smem_raw);
-  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + 4096);
-  for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = 0xDEADBEEFu;
-  if (threadIdx.x == 0) {
-    hopper::mbarrier_init(bar, 1);
-    hopper::mbarrier_init_fence();
-  }
-  __syncthreads();
-  fence_proxy_async();
-  if (threadIdx.x == 0) {
-    hopper::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(bytes));
-    hopper::tma_load_4d(smem, &map, bar, x, row, head, batch);
+    if constexpr (RANK == 3) {
+      hopper::tma_load_3d(smem, &map, bar, c.x, c.y, c.z);
+    } else {
+      hopper::tma_load_4d(smem, &map, bar, c.x, c.y, c.z, c.w);
+    }
   }
   hopper::mbarrier_wait(bar, 0);
   for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) out[i] = reinterpret_cast<const uint32_t*>(smem)[i];
@@ -232,7 +217,7 @@ HopperOutputs run_hopper_probes(const HopperInputs& in) {
     if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
     const int bytes = t.box_x * 16 * 2;
     DeviceBuffer<uint32_t> box_out(static_cast<size_t>(bytes / 4));
-    tma_kernel<<<1, 32, 4096 + 64 + 1024>>>(map, t.x, t.y, t.z, bytes, box_out.data());
+    tma_kernel<3><<<1, 32, 4096 + 64 + 1024>>>(map, make_int4(t.x, t.y, t.z, 0), bytes, box_out.data());
     FA_CHECK_LAUNCH("tma_kernel");
     const std::vector<uint32_t> got = box_out.download();
     out.tma.insert(out.tma.end(), got.begin(), got.end());
@@ -251,8 +236,8 @@ HopperOutputs run_hopper_probes(const HopperInputs& in) {
     if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
     const int bytes = t.box_x * 16 * 2;
     DeviceBuffer<uint32_t> box_out(static_cast<size_t>(bytes / 4));
-    tma4_kernel<<<1, 32, 4096 + 64 + 1024>>>(map, t.x, t.row, t.head, t.batch, bytes, box_out.data());
-    FA_CHECK_LAUNCH("tma4_kernel");
+    tma_kernel<4><<<1, 32, 4096 + 64 + 1024>>>(map, make_int4(t.x, t.row, t.head, t.batch), bytes, box_out.data());
+    FA_CHECK_LAUNCH("tma_kernel");
     const std::vector<uint32_t> got = box_out.download();
     out.tma4.insert(out.tma4.end(), got.begin(), got.end());
   }
