@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Backward-pass benchmark: stages 10 and 11 beside PyTorch SDPA's backward, on the same inputs.
+"""Backward-pass benchmark: stages 10, 11 and 13 beside PyTorch SDPA's backward, on the same inputs.
 
 FP32 (`--precision fp32`, the default) is stage 10 beside every SDPA backend that runs it;
-FP16 and BF16 (`--precision fp16,bf16`) are stage 11, on tensor cores, beside SDPA's flash
-(FlashAttention-2), cuDNN and memory-efficient backends. For each point (B, H, N, d, causal,
-precision) it
+FP16 and BF16 (`--precision fp16,bf16`) are stage 11 (mma.sync) and stage 13 (Hopper: wgmma,
+TMA), on tensor cores, beside SDPA's flash (FlashAttention-2), cuDNN and memory-efficient
+backends. For each point (B, H, N, d, causal, precision) it
 
-  * runs the stage's demo (`--json`): the backward pass's median time (the forward stage,
-    05 or 07, runs first, untimed), its gradients checked against the float64 reference on
-    one head, and the forward pass's time on the same inputs (`--compare`);
+  * runs each stage's demo (`--demo`, comma-separated, `--json`): the backward pass's median
+    time (the forward stage, 05, 07 or 08, runs first, untimed), its gradients checked against
+    the float64 reference on one head, and the forward pass's time on the same inputs
+    (`--compare`);
   * draws the very same Q, K, V and dO through libfa_inputs (ctypes), runs PyTorch's
     scaled_dot_product_attention forward once with each backend forced in turn (cuDNN,
     flash, efficient, math) and times torch.autograd.grad(O, (Q, K, V), dO) alone (CUDA
@@ -24,11 +25,12 @@ allocation during the call (it allocates dQ, dK, dV there), the stage's dQ, dK, 
 
   python3 benchmarks/backward.py --demo build/bin/stage10_backward --lib build/lib/libfa_inputs.so \\
       --csv backward.csv
-  python3 benchmarks/backward.py --precision fp16,bf16 --demo build/bin/stage11_backward_tensor_cores \\
+  python3 benchmarks/backward.py --precision fp16,bf16 \\
+      --demo build/bin/stage11_backward_tensor_cores,build/bin/stage13_backward_hopper \\
       --lib build/lib/libfa_inputs.so --csv backward_tc.csv
 
   python3 benchmarks/backward.py --plot backward.csv [--check]   # backward_ms.svg beside it
-  python3 benchmarks/backward.py --plot backward_tc.csv          # backward_tc_ms.svg
+  python3 benchmarks/backward.py --plot backward_tc.csv          # backward_tc_ms.svg (any CSV: <name>_ms.svg)
 
 Exit status: 0 done (with --check: the plot matches), 1 the plot is out of date, 2 bad
 arguments; without PyTorch the stage's rows are still written.
@@ -50,14 +52,15 @@ HEADER = ("source,name,precision,device,batch,heads,seq,dim,causal,median_ms,rep
 # (B, H, N, d): the bar shapes, non-causal and causal: FP32 (stage 10) and FP16/BF16 (stage 11).
 POINTS = [(4, 32, 4096, 64), (4, 32, 4096, 128)]
 POINTS_TC = [(4, 32, 4096, 64), (1, 16, 8192, 128)]
-STAGE = {"fp32": "10_backward", "fp16": "11_backward_tensor_cores", "bf16": "11_backward_tensor_cores"}
+PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--plot", metavar="CSV", help="only draw backward_ms.svg next to this CSV, then exit")
     ap.add_argument("--check", action="store_true", help="with --plot: exit 1 if the plot differs, write nothing")
-    ap.add_argument("--demo", help="path of stage10_backward (fp32) or stage11_backward_tensor_cores (fp16, bf16)")
+    ap.add_argument("--demo", help="path of stage10_backward (fp32), or of stage11_backward_tensor_cores and/or "
+                    "stage13_backward_hopper (fp16, bf16), comma-separated")
     ap.add_argument("--precision", default="fp32", help="fp32, or fp16 and/or bf16 (comma-separated)")
     ap.add_argument("--lib", help="path of libfa_inputs.so")
     ap.add_argument("--csv", help="write the rows here")
@@ -77,8 +80,8 @@ def flops(b, h, n, d):
     return 2.5 * 4.0 * b * h * n * n * d
 
 
-def run_stage(args, b, h, n, d, causal, precision):
-    cmd = [args.demo, "--batch", str(b), "--heads", str(h), "--seq-q", str(n), "--seq-kv", str(n), "--dim", str(d),
+def run_stage(args, demo, b, h, n, d, causal, precision):
+    cmd = [demo, "--batch", str(b), "--heads", str(h), "--seq-q", str(n), "--seq-kv", str(n), "--dim", str(d),
            "--dtype", precision,
            "--seed", str(args.seed), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
            "--check-heads", "1", "--compare", "--json"] + (["--causal"] if causal else []) + \
@@ -182,11 +185,13 @@ def plot(path, check):
 
 
 def plot_tc(path, rows, check):
-    """backward_tc_ms.svg: stage 11 beside SDPA's flash and cuDNN backward, each point and precision."""
+    """<csv>_ms.svg (backward_tc.csv: backward_tc_ms.svg): stages 11 and 13 beside SDPA's flash and
+    cuDNN backward, each point and precision (stage 13's bars only where the CSV has its rows)."""
     import os
     import report
-    bars = [("stage 11", "#d62728"), ("SDPA flash (FlashAttention-2)", "#1f77b4"), ("SDPA cuDNN", "#9467bd"),
-            ("forward pass, stage 07", "#2ca02c")]
+    has13 = any(r["name"] == "13_backward_hopper" for r in rows)
+    bars = [("stage 11", "#d62728")] + ([("stage 13 (Hopper)", "#ff7f0e")] if has13 else []) + \
+        [("SDPA flash (FlashAttention-2)", "#1f77b4"), ("SDPA cuDNN", "#9467bd"), ("forward pass, stage 07", "#2ca02c")]
     points = sorted({(int(r["dim"]), int(r["batch"]), int(r["heads"]), int(r["seq"]), int(r["causal"]),
                       r["precision"]) for r in rows})
     groups = []
@@ -195,13 +200,16 @@ def plot_tc(path, rows, check):
                                                int(r["causal"]), r["precision"]) == (d, b, h, n, causal, prec)}
         stage = at.get("11_backward_tensor_cores")
         values = [float(stage["median_ms"]) if stage else None]
+        if has13:
+            values.append(float(at["13_backward_hopper"]["median_ms"]) if "13_backward_hopper" in at else None)
         values += [float(at[x]["median_ms"]) if x in at else None for x in ("sdpa_flash", "sdpa_cudnn")]
         values.append(float(stage["forward_ms"]) if stage and stage["forward_ms"] else None)
         groups.append((f"d={d} {prec}" + (" causal" if causal else ""), values))
-    report.bar_chart(os.path.join(os.path.dirname(path), "backward_tc_ms.svg"),
+    svg = os.path.splitext(os.path.basename(path))[0] + "_ms.svg"  # backward_tc.csv: backward_tc_ms.svg
+    report.bar_chart(os.path.join(os.path.dirname(path), svg),
                      "Backward pass, FP16 and BF16: median time, ms (d=64: B=4 H=32 N=4096; d=128: B=1 H=16 N=8192)",
                      rows[0]["device"] + "; lower is better", groups, check=check, bars=bars, unit="ms")
-    return report.plot_checked("backward.py", "backward_tc_ms.svg") if check else 0
+    return report.plot_checked("backward.py", svg) if check else 0
 
 
 def main():
@@ -216,7 +224,7 @@ def main():
         print("--causal: no, yes or no,yes", file=sys.stderr)
         return 2
     precisions = args.precision.split(",")
-    if not precisions or any(x not in STAGE for x in precisions) or ("fp32" in precisions and len(precisions) > 1):
+    if not precisions or any(x not in PRECISIONS for x in precisions) or ("fp32" in precisions and len(precisions) > 1):
         print("--precision: fp32, or fp16 and/or bf16", file=sys.stderr)
         return 2
     torch = None
@@ -238,18 +246,21 @@ def main():
             continue
         for causal in masks:
             for prec in precisions:
-                r, rc = run_stage(args, b, h, n, d, causal, prec)
-                device, name, elem = r["device"], STAGE[prec], 4 if prec == "fp32" else 2
-                rows.append(dict(source="stages", name=name, precision=prec, device=device, batch=b, heads=h,
-                                 seq=n, dim=d, causal=int(causal), median_ms=f"{r['median_ms']:.6g}",
-                                 repeats=r["repeats"], tflops=f"{r['tflops']:.4g}",
-                                 forward_ms=f"{r['forward_ms']:.6g}",
-                                 extra_bytes=r["workspace_bytes"] + elem * b * h * n * d * 3,  # + dQ, dK, dV
-                                 max_abs_err=f"{max(c['max_abs_err'] for c in r['checks'].values()):.3g}"
-                                 if r.get("checks") else "",
-                                 status="measured" if rc == 0 else "failed", note=r["result"]))
-                print(f"B={b} H={h} N={n} d={d} causal={int(causal)} {prec}\n  {name:15s} {r['median_ms']:9.3f} ms "
-                      f"{r['tflops']:6.2f} TFLOP/s  (forward: {r['forward_ms']:.3f} ms)  {r['result']}", flush=True)
+                device = None
+                for demo in args.demo.split(","):
+                    r, rc = run_stage(args, demo, b, h, n, d, causal, prec)
+                    device, name, elem = r["device"], r["stage"], 4 if prec == "fp32" else 2
+                    rows.append(dict(source="stages", name=name, precision=prec, device=device, batch=b, heads=h,
+                                     seq=n, dim=d, causal=int(causal), median_ms=f"{r['median_ms']:.6g}",
+                                     repeats=r["repeats"], tflops=f"{r['tflops']:.4g}",
+                                     forward_ms=f"{r['forward_ms']:.6g}",
+                                     extra_bytes=r["workspace_bytes"] + elem * b * h * n * d * 3,  # + dQ, dK, dV
+                                     max_abs_err=f"{max(c['max_abs_err'] for c in r['checks'].values()):.3g}"
+                                     if r.get("checks") else "",
+                                     status="measured" if rc == 0 else "failed", note=r["result"]))
+                    print(f"B={b} H={h} N={n} d={d} causal={int(causal)} {prec}\n  {name:15s} {r['median_ms']:9.3f} ms "
+                          f"{r['tflops']:6.2f} TFLOP/s  (forward: {r['forward_ms']:.3f} ms)  {r['result']}",
+                          flush=True)
                 if torch is not None:
                     rows.extend(torch_rows(torch, lib, args, b, h, n, d, causal, device, prec))
     if args.csv:

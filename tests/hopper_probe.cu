@@ -68,18 +68,17 @@ std::vector<WgmmaCase> wgmma_cases() {
       cases.push_back({type, n, true, 2, 0, 0, 0, 16384, 2048, 512});
       cases.push_back({type, n, true, 3, 0, 0, 0, 16384, 1024, 256});
     }
+    // A K-major and B MN-major, both from shared memory, 128-byte swizzled: stage 13's
+    // dQ = dS·K, where each consumer takes half of K's columns: at d = 64, 32 columns that
+    // start 64 bytes into the rows of a 64-column block, at d = 128 a whole block.
+    cases.push_back({type, 32, false, 3, 0, 16, 1024, 16384 + 64, 8192, 1024, true});
+    cases.push_back({type, 32, false, 3, 32, 16, 1024, 16384, 8192, 1024, true});
+    cases.push_back({type, 64, false, 3, 0, 16, 1024, 16384 + 8192, 8192, 1024, true});
   }
   return cases;
 }
 
 namespace {
-
-/// Writes by ordinary stores to shared memory, made visible to the tensor cores' reads.
-__device__ __forceinline__ void fence_proxy_async() {
-#ifndef FA_CPU_KERNEL  // the emulation reads shared memory as the threads left it
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
 
 /// A 1024-aligned start of dynamic shared memory (the launch asks for 1024 bytes more).
 __device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw) {
@@ -132,7 +131,7 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int4 c, int 
     hopper::mbarrier_init_fence();
   }
   __syncthreads();
-  fence_proxy_async();
+  hopper::fence_proxy_async();
   if (threadIdx.x == 0) {
     hopper::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(bytes));
     if constexpr (RANK == 3) {
@@ -151,7 +150,7 @@ uint64_t descriptor(uint32_t start, uint32_t lbo, uint32_t sbo, int mode) {
 }
 
 // One warpgroup: the image into shared memory, then one product D = A·B + C.
-template <typename T, int N, bool REGS>
+template <typename T, int N, bool REGS, bool BT>
 __global__ void wgmma_kernel(const uint16_t* image, const uint32_t* a_regs, const float* c, uint64_t a_desc,
                              uint64_t b_desc, float* out) {
   extern __shared__ uint8_t smem_raw[];
@@ -159,7 +158,7 @@ __global__ void wgmma_kernel(const uint16_t* image, const uint32_t* a_regs, cons
   uint16_t* img = reinterpret_cast<uint16_t*>(smem);
   for (int i = threadIdx.x; i < kImageBytes / 2; i += blockDim.x) img[i] = image[i];
   __syncthreads();
-  fence_proxy_async();
+  hopper::fence_proxy_async();
   // The descriptors hold addresses relative to the image; add its shared address.
   const uint64_t base = hopper::smem_addr(smem) >> 4;
   float d[N / 2];
@@ -170,6 +169,8 @@ __global__ void wgmma_kernel(const uint16_t* image, const uint32_t* a_regs, cons
   hopper::wgmma_fence();
   if constexpr (REGS) {
     hopper::wgmma_rs<T, N>(d, a, b_desc + base, true);
+  } else if constexpr (BT) {
+    hopper::wgmma_ss_bt<T, N>(d, a_desc + base, b_desc + base, true);
   } else {
     hopper::wgmma_ss<T, N>(d, a_desc + base, b_desc + base, true);
   }
@@ -180,12 +181,12 @@ __global__ void wgmma_kernel(const uint16_t* image, const uint32_t* a_regs, cons
   for (int i = 0; i < N / 2; ++i) out[threadIdx.x * (N / 2) + i] = d[i];
 }
 
-template <typename T, int N, bool REGS>
+template <typename T, int N, bool REGS, bool BT = false>
 void launch_wgmma(const DeviceBuffer<uint16_t>& image, const DeviceBuffer<uint32_t>& regs,
                   const DeviceBuffer<float>& c, uint64_t a_desc, uint64_t b_desc, DeviceBuffer<float>& out) {
   const int smem = kImageBytes + 1024;
-  FA_CUDA_CHECK(cudaFuncSetAttribute(wgmma_kernel<T, N, REGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  wgmma_kernel<T, N, REGS><<<1, 128, smem>>>(image.data(), regs.data(), c.data(), a_desc, b_desc, out.data());
+  FA_CUDA_CHECK(cudaFuncSetAttribute(wgmma_kernel<T, N, REGS, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  wgmma_kernel<T, N, REGS, BT><<<1, 128, smem>>>(image.data(), regs.data(), c.data(), a_desc, b_desc, out.data());
   FA_CHECK_LAUNCH("wgmma_kernel");
 }
 
@@ -193,7 +194,11 @@ template <typename T>
 void run_wgmma(const WgmmaCase& w, const DeviceBuffer<uint16_t>& image, const DeviceBuffer<uint32_t>& regs,
                const DeviceBuffer<float>& c, DeviceBuffer<float>& out) {
   const uint64_t a = descriptor(w.a_start, w.a_lbo, w.a_sbo, w.mode), b = descriptor(w.b_start, w.b_lbo, w.b_sbo, w.mode);
-  if (w.n == 64) {
+  if (w.b_mn && w.n == 32) {
+    launch_wgmma<T, 32, false, true>(image, regs, c, a, b, out);
+  } else if (w.b_mn) {
+    launch_wgmma<T, 64, false, true>(image, regs, c, a, b, out);
+  } else if (w.n == 64) {
     w.a_regs ? launch_wgmma<T, 64, true>(image, regs, c, a, b, out) : launch_wgmma<T, 64, false>(image, regs, c, a, b, out);
   } else {
     w.a_regs ? launch_wgmma<T, 128, true>(image, regs, c, a, b, out) : launch_wgmma<T, 128, false>(image, regs, c, a, b, out);

@@ -23,14 +23,18 @@ struct Tma4Case {
 };
 
 /// One wgmma: m64n{n}k16 in fp16 (type 0) or bf16 (1). A from shared memory (K-major,
-/// descriptor a_*) or, if `a_regs`, from registers; B through descriptor b_* (K-major, or
-/// MN-major with registers A, as stage 08 uses them). Descriptors share the swizzle `mode`.
+/// descriptor a_*) or, if `a_regs`, from registers; B through descriptor b_*: MN-major with
+/// registers A (as stage 08 uses them), else K-major, or MN-major if `b_mn` (stage 13's dQ).
+/// Descriptors share the swizzle `mode`.
 struct WgmmaCase {
   int type, n;
   bool a_regs;
   int mode;
   uint32_t a_start, a_lbo, a_sbo;
   uint32_t b_start, b_lbo, b_sbo;
+  bool b_mn = false;
+  /// Whether B is read MN-major.
+  bool b_mn_major() const { return a_regs || b_mn; }
 };
 
 constexpr int kImageBytes = 64 * 1024;  ///< the shared-memory image the wgmma probes read

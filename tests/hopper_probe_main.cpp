@@ -78,7 +78,7 @@ int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
   for (const WgmmaCase& w : wgmma_cases()) {
     const size_t values = static_cast<size_t>(128 * w.n / 2);
     const std::string name = "wgmma m64n" + std::to_string(w.n) + "k16 " + (w.type == 0 ? "fp16" : "bf16") + ", A " +
-                             (w.a_regs ? "registers" : "K-major") + ", B " + (w.a_regs ? "MN-major" : "K-major") +
+                             (w.a_regs ? "registers" : "K-major") + ", B " + (w.b_mn_major() ? "MN-major" : "K-major") +
                              ", swizzle mode " + std::to_string(w.mode);
     bad += compare_floats(name.c_str(), slice(out.wgmma, at, values), slice(gpu.wgmma, at, values), w.n / 2, "thread",
                           1e-4);

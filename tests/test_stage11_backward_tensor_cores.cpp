@@ -26,6 +26,7 @@
 #include "stages/07_memory_pipeline/pipelined_attention.h"
 #include "stages/11_backward_tensor_cores/tensor_core_backward.h"
 #include "stages/11_backward_tensor_cores/tuning.h"
+#include "tests/backward_check.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
 
@@ -46,51 +47,18 @@ using Backward = std::function<void(const fa::AttentionProblem&, const fa::tc_ba
 
 const std::vector<fa::DType> kTypes = {fa::DType::F16, fa::DType::BF16};
 
-struct Run {
-  fa::AttentionGradients<float> got;  // what the stage wrote, widened to float
-  fa::GradientCheck check;            // against the reference, every head
-};
+using Run = fa::test::BackwardRun;
 
-// One backward pass on fresh inputs (seeded, rounded to p.dtype), every gradient element of
-// every head checked. With `forward_on_device` O and lse come from stage 07's kernel, else
-// from the float64 reference (O rounded to p.dtype). A non-zero `logit`: every logit moved to
-// about that value (fa::shift_logits).
+// One backward pass of `backward` on fresh inputs, checked (fa::test::run_backward_check).
+// With `forward_on_device` O and lse come from stage 07's kernel, else from the float64
+// reference. A non-zero `logit`: every logit moved to about that value.
 Run run_and_check(const fa::AttentionProblem& p, uint64_t seed, float magnitude = 1.0f,
                   const Backward& backward = fa::tc_backward::attention_backward, bool forward_on_device = false,
                   double logit = 0.0) {
-  fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
-  if (logit != 0.0) fa::shift_logits(in, p.dim, p.scale, p.dtype, logit);
-  std::vector<float> d_o = fa::random_output_gradient(p, seed);
-  for (float& e : d_o) e = fa::round_to(p.dtype, e);
-  const auto q_n = static_cast<size_t>(p.q_elems()), kv_n = static_cast<size_t>(p.kv_elems());
-  const size_t bytes = fa::dtype_bytes(p.dtype);
-  // dO and O travel as "the inputs" q and k of a second upload: the same rounding, the same type.
-  std::vector<float> o_host(q_n);
-  fa::DeviceBuffer<float> lse(static_cast<size_t>(p.rows()));
-  const fa::DeviceInputs inputs = fa::upload_inputs(in.q, in.k, in.v, p.dtype);
-  fa::DeviceBuffer<unsigned char> o(q_n * bytes);
-  if (forward_on_device) {
-    fa::pipeline::attention(p, inputs.q.data(), inputs.k.data(), inputs.v.data(), o.data(), lse.data());
-    o_host = fa::download_as_float(o.data(), q_n, p.dtype);
-  } else {
-    const fa::AttentionRows<double> fwd = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(),
-                                                                  fa::all_rows(p));
-    for (size_t i = 0; i < q_n; ++i) o_host[i] = fa::round_to(p.dtype, static_cast<float>(fwd.o[i]));
-    lse.upload(std::vector<float>(fwd.lse.begin(), fwd.lse.end()));
-  }
-  const fa::DeviceInputs o_do = fa::upload_inputs(o_host, d_o, {}, p.dtype);
-  fa::DeviceBuffer<unsigned char> dq(q_n * bytes), dk(kv_n * bytes), dv(kv_n * bytes);
-  fa::DeviceBuffer<unsigned char> ws(fa::tc_backward::workspace_bytes(p));
-  for (auto* b : {&dq, &dk, &dv, &ws}) b->fill_bytes(fa::kPoisonByte);  // an element never written stays NaN
-  backward(p, {inputs.q.data(), inputs.k.data(), inputs.v.data(), o_do.q.data(), o_do.k.data(), lse.data(), dq.data(),
-               dk.data(), dv.data()},
-           ws.data());
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  Run r;
-  r.got = {fa::download_as_float(dq.data(), q_n, p.dtype), fa::download_as_float(dk.data(), kv_n, p.dtype),
-           fa::download_as_float(dv.data(), kv_n, p.dtype)};
-  r.check = fa::check_attention_backward(p, in, d_o, r.got, fa::sample_indices(p.batch_heads(), p.batch_heads()));
-  return r;
+  const fa::test::Forward16 forward = [](const fa::AttentionProblem& fp, const void* q, const void* k, const void* v,
+                                         void* o, float* lse) { fa::pipeline::attention(fp, q, k, v, o, lse); };
+  return fa::test::run_backward_check(p, seed, backward, fa::tc_backward::workspace_bytes(p), magnitude,
+                                      forward_on_device ? forward : fa::test::Forward16{}, logit);
 }
 
 fa::AttentionProblem problem(int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, bool causal, fa::DType t) {
@@ -247,20 +215,9 @@ TEST_CASE("stage 11: every variant matches the reference", "[stage11][variants]"
                       fa::test::HasSubstring("d = 64 and 128 only"));
 }
 
-// Stage 11 reading Q, K, V, O and dO where the layout `name` of fa::test::test_layout says,
-// every element between them poisoned (NaN): dQ, dK and dV are written contiguous.
+// Stage 11 reading Q, K, V, O and dO where the layout `name` of fa::test::test_layout says.
 Backward strided_stage11(const std::string& name) {
-  return [name](const fa::AttentionProblem& p, const fa::tc_backward::Tensors& t, void* ws) {
-    const fa::Layout layout = fa::test::test_layout(name, p);
-    const auto q = fa::test::scatter(p, p.seq_q, t.q, layout.q);
-    const auto k = fa::test::scatter(p, p.seq_kv, t.k, layout.k);
-    const auto v = fa::test::scatter(p, p.seq_kv, t.v, layout.v);
-    const auto o = fa::test::scatter(p, p.seq_q, t.o, layout.o);
-    const auto d_o = fa::test::scatter(p, p.seq_q, t.d_o, layout.d_o);
-    fa::tc_backward::attention_backward_strided(
-        p, {q.data(), k.data(), v.data(), o.data(), d_o.data(), t.lse, t.dq, t.dk, t.dv}, ws, layout);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-  };
+  return fa::test::strided_backward(name, fa::tc_backward::attention_backward_strided);
 }
 
 // What the Python module hands stage 11: q, k and v as views of one buffer with the heads

@@ -289,6 +289,16 @@ void write_fragments(fa::JsonWriter& w, uint64_t seed) {
   w.end_object();
 }
 
+// Runs stage 07's variant `name` on `in` with the trace on (fp16; O is thrown away).
+void run_stage07_traced(const fa::AttentionProblem& p, const RoundedInputs& in, const std::string& name) {
+  fa::DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * 2);
+  fa::DeviceTensors t = in.device.tensors();
+  t.o = o.data();
+  fa::trace::start(p.seq_q);
+  fa::find_variant(fa::pipeline::variants(), name, "stage 07").run(p, t, nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // Stage 07 at d = 64, fp16, with and without the XOR swizzle: its first K tile as it lies in
 // shared memory, which of K's 16-byte chunks each place holds, and the row addresses of
 // warp 0's first ldmatrix of K.
@@ -300,12 +310,7 @@ void write_swizzle(fa::JsonWriter& w, uint64_t seed) {
   if (p.seq_kv < bc) throw fa::InputError("the swizzle view needs a full K tile");
   w.begin_array();
   for (const std::string name : {"no_swizzle", "tuned"}) {
-    fa::DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * 2);
-    fa::DeviceTensors t = in.device.tensors();
-    t.o = o.data();
-    fa::trace::start(p.seq_q);
-    fa::find_variant(fa::pipeline::variants(), name, "stage 07").run(p, t, nullptr);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    run_stage07_traced(p, in, name);
     const std::vector<double>& tile = fa::trace::tiles().at("K");
     // Which chunk of K (row, chunk) each 16-byte place of the tile holds: found by its
     // values, which are random and distinct, so each place matches exactly one chunk.
@@ -342,12 +347,7 @@ void write_pipeline(fa::JsonWriter& w, uint64_t seed) {
   const RoundedInputs in = rounded_inputs(p, seed);
   w.begin_array();
   for (const std::string name : {"tuned", "no_prefetch"}) {
-    fa::DeviceBuffer<unsigned char> o(static_cast<std::size_t>(p.q_elems()) * 2);
-    fa::DeviceTensors t = in.device.tensors();
-    t.o = o.data();
-    fa::trace::start(p.seq_q);
-    fa::find_variant(fa::pipeline::variants(), name, "stage 07").run(p, t, nullptr);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    run_stage07_traced(p, in, name);
     w.begin_object().field("variant", name).field("dim", p.dim).field("seq_q", p.seq_q).field("seq_kv", p.seq_kv);
     w.field("Bc", fa::pipeline::key_tile_rows(p.dim)).key("events").begin_array();
     for (const fa::trace::Event& e : fa::trace::blocks().at(0).events) {

@@ -210,6 +210,17 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 #endif
 }
 
+// ---- proxies ---------------------------------------------------------------------------
+
+/// Makes this thread's ordinary stores to shared memory visible to the tensor cores' and the
+/// copy engine's reads (the "async proxy"): after a tile is written by the threads and before
+/// a wgmma reads it (then a barrier, so that every writer has fenced).
+__device__ __forceinline__ void fence_proxy_async() {
+#ifndef FA_CPU_KERNEL  // the emulation reads shared memory as the threads left it
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 // ---- register reallocation -------------------------------------------------------------
 
 /// The warpgroup gives registers back, down to N a thread (the producer needs few).
@@ -286,6 +297,8 @@ __device__ __forceinline__ void fence_registers(float (&d)[M]) {
 /// \cond wgmma_operand_lists (spelled-out register lists for the asm statements below)
 #define FA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                     "+f"(d[i + 6]), "+f"(d[i + 7])
+#define FA_WGMMA_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FA_WGMMA_OUT16(d) FA_D8(d, 0), FA_D8(d, 8)
 #define FA_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA_WGMMA_OUT32(d) FA_D8(d, 0), FA_D8(d, 8), FA_D8(d, 16), FA_D8(d, 24)
 #define FA_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
@@ -365,9 +378,48 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #endif
 }
 
+/// D (64×N) = A·B (+ D if `accumulate`), A (64×16) K-major and B (16×N) MN-major, both in
+/// shared memory (B's transpose flag set); T is __half or __nv_bfloat16; N is 32 or 64.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss_bt(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+#ifdef FA_CPU_KERNEL
+  const auto type = std::is_same<T, __half>::value ? ::fa_cpu::MmaType::F16 : ::fa_cpu::MmaType::BF16;
+  ::fa_cpu::wgmma(type, N, d, nullptr, a_desc, b_desc, true, accumulate, __FILE__, __LINE__);
+#else
+  static_assert(N == 32 || N == 64, "wgmma_ss_bt: N is 32 or 64");
+  if constexpr (N == 32 && std::is_same<T, __half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FA_WGMMA_D16 ", %16, %17, p, 1, 1, 0, 1;\n}\n"
+        : FA_WGMMA_OUT16(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 32 && std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FA_WGMMA_D16 ", %16, %17, p, 1, 1, 0, 1;\n}\n"
+        : FA_WGMMA_OUT16(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 64 && std::is_same<T, __half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 1;\n}\n"
+        : FA_WGMMA_OUT32(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  } else if constexpr (N == 64 && std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 1;\n}\n"
+        : FA_WGMMA_OUT32(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  }
+#endif
+}
+
 #undef FA_D8
+#undef FA_WGMMA_D16
 #undef FA_WGMMA_D32
 #undef FA_WGMMA_D64
+#undef FA_WGMMA_OUT16
 #undef FA_WGMMA_OUT32
 #undef FA_WGMMA_OUT64
 

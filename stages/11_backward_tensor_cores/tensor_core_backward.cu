@@ -456,23 +456,44 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const float* dQacc, T* 
   }
 }
 
-namespace {
+void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, const Workspace& ws,
+             const std::string& stage) {
+  const int64_t seq_q_pad = padded_seq_q(p);
+  const int64_t padded_rows = p.batch_heads() * seq_q_pad;
+  const int64_t blocks = (padded_rows + 7) / 8;
+  if (blocks > 0x7fffffff) {
+    throw InputError(stage + ": the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
+  }
+  with_head_dim(p.dim, [&](auto dim) {
+    tc::with_mma_type(p.dtype, stage.c_str(), [&](auto type) {
+      using T = decltype(type);
+      prepare_kernel<T, decltype(dim)::value><<<static_cast<unsigned>(blocks), 256>>>(
+          static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), layout.o, layout.d_o, p.heads, t.lse, ws.lse2,
+          ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
+    });
+  });
+  FA_CHECK_LAUNCH("prepare_kernel");
+}
 
-/// Query rows of one head in the padded workspace: whole Q tiles.
+void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq) {
+  const int64_t pairs = p.q_elems() / 2;
+  const int64_t blocks = std::min<int64_t>((pairs + 255) / 256, 65535);
+  tc::with_mma_type(p.dtype, "finish_dq", [&](auto type) {
+    using T = decltype(type);
+    convert_dq_kernel<T><<<static_cast<unsigned>(blocks), 256>>>(ws.dQacc, static_cast<T*>(dq), pairs, p.scale);
+  });
+  FA_CHECK_LAUNCH("convert_dq_kernel");
+}
+
 int64_t padded_seq_q(const AttentionProblem& p) { return (p.seq_q + Br - 1) / Br * Br; }
-
-/// Where each piece of the workspace starts.
-struct Workspace {
-  float* lse2;   ///< [B·H][Nq_pad]
-  float* Dvec;   ///< [B·H][Nq_pad]
-  float* dQacc;  ///< [B·H·Nq][d]
-};
 
 Workspace split_workspace(const AttentionProblem& p, void* workspace) {
   const int64_t padded = p.batch_heads() * padded_seq_q(p);  // a multiple of 64: each piece stays 16-byte aligned
   float* base = static_cast<float*>(workspace);
   return {base, base + padded, base + 2 * padded};
 }
+
+namespace {
 
 template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
@@ -485,16 +506,13 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   }
   const Workspace ws = split_workspace(p, workspace);
   const int64_t seq_q_pad = padded_seq_q(p);
-  const int64_t padded_rows = p.batch_heads() * seq_q_pad;
-  const int64_t prep_blocks = (padded_rows + 7) / 8;
   const int64_t kv_blocks = (p.seq_kv + C::Bc - 1) / C::Bc * p.batch_heads();
-  if (prep_blocks > 0x7fffffff || kv_blocks > 0x7fffffff) {
+  if (kv_blocks > 0x7fffffff) {
     throw InputError("stage 11: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
   }
-  prepare_kernel<T, D><<<static_cast<unsigned>(prep_blocks), 256>>>(
-      static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), layout.o, layout.d_o, p.heads, t.lse, ws.lse2, ws.Dvec,
-      ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
-  FA_CHECK_LAUNCH("prepare_kernel");
+  // (prepare) and (finish_dq): this file's own, not found again by argument-dependent lookup in
+  // a planted copy of it (cmake/FaStage.cmake), whose namespace is another.
+  (prepare)(p, t, layout, ws, "stage 11");
 
   const std::size_t smem = C::SMEM_BYTES;
   FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -505,11 +523,7 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
       static_cast<T*>(t.dv), p.seq_q, p.seq_kv, seq_q_pad, p.scale, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("dkdv_kernel");
 
-  const int64_t pairs = p.q_elems() / 2;
-  const int64_t convert_blocks = std::min<int64_t>((pairs + 255) / 256, 65535);
-  convert_dq_kernel<T><<<static_cast<unsigned>(convert_blocks), 256>>>(ws.dQacc, static_cast<T*>(t.dq), pairs,
-                                                                       p.scale);
-  FA_CHECK_LAUNCH("convert_dq_kernel");
+  (finish_dq)(p, ws, t.dq);
 }
 
 /// A variant of tuning.h on the demo's tensors, built for what LOG.md measures: d = 64 and 128.
@@ -539,17 +553,19 @@ std::size_t workspace_bytes(const AttentionProblem& p) {
   return static_cast<std::size_t>(2 * p.batch_heads() * padded_seq_q(p) + p.q_elems()) * sizeof(float);
 }
 
-double hbm_bytes_model(const AttentionProblem& p) {
+double hbm_bytes_model_for(const AttentionProblem& p, int bc) {
   const double e = static_cast<double>(dtype_bytes(p.dtype));
   const double q = static_cast<double>(p.q_elems()), kv = static_cast<double>(p.kv_elems());
   const double rows = static_cast<double>(p.batch_heads() * padded_seq_q(p));
-  const double kv_tiles = static_cast<double>((p.seq_kv + key_tile_rows(p.dim) - 1) / key_tile_rows(p.dim));
+  const double kv_tiles = static_cast<double>((p.seq_kv + bc - 1) / bc);
   const double kernel1 = 2 * q * e + 4 * (static_cast<double>(p.rows()) + 2 * rows + q);  // O, dO, lse in; lse2, D, zeroed dQacc out
   const double once = 2 * kv * e + 2 * kv * e;                       // read K, V; write dK, dV
   const double per_kv_tile = 2 * q * e + 4 * 2 * rows + 4 * 2 * q;  // read Q, dO, lse2, D; read and write dQacc
   const double kernel3 = 4 * q + e * q;                              // dQacc in, dQ out
   return kernel1 + once + kv_tiles * per_kv_tile + kernel3;
 }
+
+double hbm_bytes_model(const AttentionProblem& p) { return hbm_bytes_model_for(p, key_tile_rows(p.dim)); }
 
 double flops(const AttentionProblem& p) { return 2.5 * p.flops(); }
 

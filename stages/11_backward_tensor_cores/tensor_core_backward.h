@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/problem.h"
 
@@ -38,6 +39,30 @@ struct Tensors {
   void* dv;          ///< [B, H, Nkv, d], written
 };
 
+/// Where each piece of the workspace starts: kernel 1 writes lse·log2(e) and D, padded
+/// to whole Q tiles (lse = +inf and D = 0 in the padding), and zeroes dQacc, to which the
+/// main kernel adds and from which kernel 3 rounds dQ. Stage 13 shares kernels 1 and 3.
+struct Workspace {
+  float* lse2;   ///< [B·H][padded_seq_q(p)]
+  float* Dvec;   ///< [B·H][padded_seq_q(p)]
+  float* dQacc;  ///< [B·H·Nq][d]
+};
+
+/// Query rows of one head in the workspace: whole Q tiles of Br rows.
+int64_t padded_seq_q(const AttentionProblem& p);
+
+/// The pieces of a workspace of workspace_bytes(p) bytes.
+Workspace split_workspace(const AttentionProblem& p, void* workspace);
+
+/// Kernel 1, enqueued: D = rowsum(dO ∘ O) and lse·log2(e) into `ws`, dQacc zeroed. O and dO
+/// (t.o, t.d_o in p.dtype) are read through layout.o and layout.d_o. `stage` begins the
+/// message of a refusal. \throws InputError when the grid would be too large.
+void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, const Workspace& ws,
+             const std::string& stage);
+
+/// Kernel 3, enqueued: dQ (contiguous, p.dtype) = scale·dQacc, rounded.
+void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq);
+
 /**
  * The gradients of attention on tensor cores, FlashAttention-2's backward algorithm (stage
  * 10's) with every product an `mma.sync`: D = rowsum(dO ∘ O) in one kernel (which also
@@ -61,6 +86,9 @@ void attention_backward_strided(const AttentionProblem& p, const Tensors& t, voi
 
 /// HBM bytes one backward pass moves according to the IO model (see the README).
 double hbm_bytes_model(const AttentionProblem& p);
+
+/// The same model for a main kernel with blocks of `bc` keys (stage 13's).
+double hbm_bytes_model_for(const AttentionProblem& p, int bc);
 
 /// FLOPs of one backward pass: five matrix products of 2·Nq·Nkv·d each, per head (2.5×
 /// the forward's two). The causal mask is not subtracted, as in AttentionProblem::flops().

@@ -1,0 +1,65 @@
+/**
+ * \file hopper_backward.h
+ * \brief Stage 13's host interface: the backward pass on Hopper's own machinery (wgmma, TMA,
+ *        mbarriers, warp specialisation), fp16 or bf16 operands with fp32 accumulation.
+ *        Built for sm_90a on the GPU; the CPU backend runs it through its emulation of
+ *        those instructions.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/problem.h"
+#include "stages/11_backward_tensor_cores/tensor_core_backward.h"
+
+namespace fa::hopper_backward {
+
+constexpr int Br = 64;   ///< query rows of a Q tile (the inner loop)
+constexpr int Bc = 128;  ///< key rows a block owns: 64 for each of its two consumer warpgroups
+
+/// The tensors of one backward pass: stage 11's (Q, K, V, O, dO in p.dtype, lse in fp32,
+/// dQ, dK and dV written contiguous).
+using Tensors = tc_backward::Tensors;
+
+/// Whether this build has stage 13's kernels and this process's GPU can run them (a Hopper,
+/// compute capability 9.0; the CPU backend reports 9.0 and emulates them).
+/// \returns an empty string if so, else why not.
+std::string unavailable_reason();
+
+/// Shared memory one block of the main kernel uses for head dimension d (64 or 128).
+std::size_t shared_bytes(int64_t d);
+
+/// Device bytes the backward pass needs beyond its inputs and gradients: each query row's
+/// D and log-sum-exp (padded to whole Q tiles), and dQ's fp32 accumulator (as stage 11).
+/// \throws InputError for a head dimension other than 64 and 128.
+std::size_t workspace_bytes(const AttentionProblem& p);
+
+/**
+ * The gradients of attention on a Hopper GPU, d = 64 or 128: D = rowsum(dO ∘ O) in one
+ * kernel (which also zeroes dQ's fp32 accumulator), then one block per (K/V tile of Bc keys,
+ * batch·head) whose producer warpgroup copies K_j, V_j once and Q_i, dO_i tile after tile by
+ * TMA, and whose two consumer warpgroups run the five products of each tile pair as wgmma,
+ * keep dK_j and dV_j in registers and add their share of dQ_i into the accumulator with
+ * atomics; then one kernel that rounds dQ to p.dtype. Causal is top-left; tiles above the
+ * diagonal are skipped.
+ * \param p the problem (fp16 or bf16); \param t the tensors, contiguous;
+ * \param workspace workspace_bytes(p) bytes of device memory, 16-byte aligned.
+ * \throws InputError for fp32 or another head dimension; NoGpuError on a GPU that is not a Hopper.
+ */
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+
+/**
+ * attention_backward() with Q, K, V, O and dO where `layout` says (the last dimension
+ * contiguous, each stride a multiple of 16 bytes): TMA reads Q, K, V and dO through their
+ * strides, and kernel 1 reads O through its own. dQ, dK and dV are written contiguous.
+ * \throws InputError for strides TMA cannot follow, and as above.
+ */
+void attention_backward_strided(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout);
+
+/// HBM bytes one backward pass moves according to the IO model (as stage 11's, with Bc
+/// keys a block).
+double hbm_bytes_model(const AttentionProblem& p);
+
+}  // namespace fa::hopper_backward

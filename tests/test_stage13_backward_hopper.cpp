@@ -1,0 +1,215 @@
+// Stage 13 against the float64 reference gradients, in fp16 and bf16: ragged lengths, 1
+// included, at d = 64 and 128; many heads and batches; the causal mask; large logits; logits
+// far below zero; after stage 08's forward kernel; blocks in flight together; strided inputs.
+// dQ, dK, dV and the workspace are poisoned before each run and every element is compared,
+// within the type's tolerance from a same-precision baseline's own error (as stage 11's).
+// On a GPU the tests need a Hopper (skipped, never passed, without one); on the CPU backend
+// they run through its emulation of TMA, mbarriers and wgmma, on fewer and shorter shapes.
+// Planted copies of the kernel (stages/13_backward_hopper/CMakeLists.txt) must fail.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/device.h"
+#include "common/dtype.h"
+#include "common/problem.h"
+#include "stages/08_hopper/hopper_attention.h"
+#include "stages/13_backward_hopper/hopper_backward.h"
+#include "tests/backward_check.h"
+#include "tests/catch.h"
+#include "tests/stage_check.h"
+
+namespace fa::hopper_backward::planted {
+// The planted copy: the dS written for dQ is P's, not dS's.
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+}  // namespace fa::hopper_backward::planted
+#if FA_CPU_BACKEND
+namespace fa::hopper_backward::early_release {
+// The second: a Q buffer handed back to the producer before the products that read it are retired.
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+}  // namespace fa::hopper_backward::early_release
+#endif
+
+namespace {
+
+using fa::test::require_finite;
+using fa::test::require_passed;
+
+const std::vector<fa::DType> kTypes = {fa::DType::F16, fa::DType::BF16};
+const std::vector<int64_t> kDims = {64, 128};
+
+// One backward pass of `backward` on fresh inputs, checked (fa::test::run_backward_check).
+// With `forward_on_device` O and lse come from stage 08's kernel, else from the reference.
+fa::test::BackwardRun run_and_check(const fa::AttentionProblem& p, uint64_t seed, float magnitude = 1.0f,
+                                    const fa::test::Backward16& backward = fa::hopper_backward::attention_backward,
+                                    bool forward_on_device = false, double logit = 0.0) {
+  const fa::test::Forward16 forward = [](const fa::AttentionProblem& fp, const void* q, const void* k, const void* v,
+                                         void* o, float* lse) { fa::hopper::attention(fp, q, k, v, o, lse); };
+  return fa::test::run_backward_check(p, seed, backward, fa::hopper_backward::workspace_bytes(p), magnitude,
+                                      forward_on_device ? forward : fa::test::Forward16{}, logit);
+}
+
+fa::AttentionProblem problem(int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, bool causal, fa::DType t) {
+  return fa::make_problem(b, h, nq, nkv, d, 0.0, causal, t);
+}
+
+}  // namespace
+
+TEST_CASE("stage 13: ragged lengths at d = 64 and 128, fp16 and bf16", "[stage13]") {
+  // On the CPU backend the longest pairs run at d = 64 in fp16 only; both head dims and types
+  // still meet several tiles in both directions at (100, 100). On a GPU everything runs.
+  uint64_t seed = 1300;
+  for (fa::DType t : kTypes) {
+    for (int64_t d : kDims) {
+      for (auto [nq, nkv] : fa::test::ragged_lengths()) {
+        if (fa::is_cpu_backend() && nq * nkv > 100 * 1000 / 2 && (d != 64 || t != fa::DType::F16)) continue;
+        const fa::AttentionProblem p = problem(1, 2, nq, nkv, d, false, t);
+        require_passed(p, run_and_check(p, ++seed).check);
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 13: many heads and batches", "[stage13]") {
+  for (fa::DType t : kTypes) {
+    const fa::AttentionProblem p = problem(3, 5, 64, 200, 64, false, t);
+    require_passed(p, run_and_check(p, 7).check);
+  }
+}
+
+TEST_CASE("stage 13: causal mask, tiles above the diagonal skipped", "[stage13][causal]") {
+  // Nq = Nkv; Nq < Nkv (the last keys are seen by no query: their dK and dV are zero, and
+  // still written); Nq > Nkv (the last queries see every key); at d = 64 and 128.
+  uint64_t seed = 1400;
+  for (fa::DType t : kTypes) {
+    for (int64_t d : kDims) {
+      for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 300}, {257, 100}}) {
+        const fa::AttentionProblem p = problem(2, 1, nq, nkv, d, true, t);
+        const fa::test::BackwardRun r = run_and_check(p, ++seed);
+        require_passed(p, r.check);
+        if (nkv > nq) {  // keys past the last query's position: no query sees them
+          for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
+            for (int64_t j = nq; j < nkv; ++j)
+              for (int64_t c = 0; c < p.dim; ++c) {
+                const auto at = static_cast<size_t>((bh * nkv + j) * p.dim + c);
+                REQUIRE(r.got.dk[at] == 0.0f);
+                REQUIRE(r.got.dv[at] == 0.0f);
+              }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 13: large-magnitude logits stay finite and accurate", "[stage13]") {
+  // Inputs in [-8, 8]: logits in the hundreds, P close to one-hot.
+  for (fa::DType t : kTypes) {
+    for (int64_t d : kDims) {
+      const fa::AttentionProblem p = problem(1, 2, 100, 257, d, false, t);
+      const fa::test::BackwardRun r = run_and_check(p, 5, 8.0f);
+      require_finite(r.got);
+      require_passed(p, r.check);
+    }
+  }
+}
+
+TEST_CASE("stage 13: rows whose logits are all far below zero, over ragged key tiles", "[stage13]") {
+  // Every logit near −300, so lse ≈ −300: a key past the end of a ragged tile, were it scored
+  // (its zero-filled K gives S = 0), would give P = e^300 = inf. O and lse from the
+  // reference, then from stage 08's kernel.
+  uint64_t seed = 1500;
+  for (fa::DType t : kTypes) {
+    for (bool on_device : {false, true}) {
+      for (bool causal : {false, true}) {
+        for (int64_t d : kDims) {
+          const fa::AttentionProblem p = problem(1, 1, 70, causal ? 70 : 130, d, causal, t);
+          const fa::test::BackwardRun r =
+              run_and_check(p, ++seed, 1.0f, fa::hopper_backward::attention_backward, on_device, -300.0);
+          require_finite(r.got);
+          require_passed(p, r.check);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 13: after stage 08's forward kernel, as in training", "[stage13]") {
+  uint64_t seed = 31;
+  for (fa::DType t : kTypes) {
+    for (bool causal : {false, true}) {
+      const fa::AttentionProblem p = problem(2, 2, 200, 150, 64, causal, t);
+      require_passed(p, run_and_check(p, ++seed, 1.0f, fa::hopper_backward::attention_backward, true).check);
+    }
+  }
+}
+
+TEST_CASE("stage 13: dQ's atomics are needed, blocks in flight together", "[stage13]") {
+  // Many K/V tiles a head, each a block adding to the same rows of dQ's accumulator. On the
+  // CPU backend, with four blocks in flight taking turns at every atomic and store.
+  const fa::AttentionProblem p = fa::is_cpu_backend() ? problem(1, 1, 96, 640, 64, false, fa::DType::BF16)
+                                                      : problem(1, 2, 256, 8192, 64, false, fa::DType::BF16);
+  fa::test::BlocksInFlight shake(4);
+  require_passed(p, run_and_check(p, 8).check);
+}
+
+// What the Python module hands the backward pass: q, k and v as views of one buffer with the
+// heads side by side in each row, O and dO laid out alike; and tensors with spare elements
+// between rows and heads.
+TEST_CASE("stage 13: Q, K, V, O and dO read where their strides say", "[stage13]") {
+  uint64_t seed = 1600;
+  for (const std::string layout : {"interleaved", "padded"}) {
+    for (fa::DType t : kTypes) {
+      for (int64_t d : kDims) {
+        const std::vector<std::array<int64_t, 4>> shapes = {{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}};
+        for (auto [b, h, nq, nkv] : shapes) {
+          const fa::AttentionProblem p = problem(b, h, nq, nkv, d, nq == 70, t);
+          INFO(layout);
+          require_passed(
+              p, run_and_check(p, ++seed, 1.0f,
+                               fa::test::strided_backward(layout, fa::hopper_backward::attention_backward_strided))
+                     .check);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("stage 13: bad input is refused with a message", "[stage13]") {
+  const fa::AttentionProblem p32 = problem(1, 1, 4, 4, 64, false, fa::DType::F32);
+  REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward(p32, {}, nullptr),
+                      fa::test::HasSubstring("runs in fp16 or bf16 (tensor cores), not fp32"));
+  const fa::AttentionProblem p32d = problem(1, 1, 4, 4, 32, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward(p32d, {}, nullptr),
+                      fa::test::HasSubstring("stage 13: head dim 32 is not supported (64 or 128)"));
+  // 2^20 heads of 2^18 keys: 2^32 K/V blocks, more than one grid holds (refused before any
+  // memory is touched).
+  const fa::AttentionProblem huge = problem(1024, 1024, 1, int64_t{1} << 18, 64, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward(huge, {}, nullptr),
+                      fa::test::HasSubstring("the grid would exceed 2^31 - 1 blocks"));
+  const fa::AttentionProblem p = problem(2, 2, 8, 8, 64, false, fa::DType::BF16);
+  fa::Layout odd = fa::Layout::contiguous(p);
+  odd.d_o.head = 12;
+  REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward_strided(p, {}, nullptr, odd),
+                      fa::test::HasSubstring("d_o's strides (1024, 12, 64 elements) must be whole multiples of 16"));
+}
+
+TEST_CASE("stage 13: the checks catch planted bugs", "[stage13][planted]") {
+  // dQ from P instead of dS: dK and dV are right, dQ is not.
+  for (int64_t d : kDims) {
+    const fa::AttentionProblem p = problem(1, 1, 100, 130, d, false, fa::DType::F16);
+    const fa::GradientCheck c = run_and_check(p, 3, 1.0f, fa::hopper_backward::planted::attention_backward).check;
+    CHECK_FALSE(c.dq.passed());
+    CHECK(c.dk.passed());
+    CHECK(c.dv.passed());
+  }
+#if FA_CPU_BACKEND
+  // A Q buffer handed back before dK += dSᵀ·Q and dV += Pᵀ·dO are retired: with more Q tiles
+  // than buffers the producer's next copy overwrites Q and dO while those products still read
+  // them, which the emulation reports. (On a GPU such a copy is wrong only when it is early.)
+  const fa::AttentionProblem p = problem(1, 1, 256, 64, 64, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(run_and_check(p, 4, 1.0f, fa::hopper_backward::early_release::attention_backward),
+                      fa::test::HasSubstring("overwrites shared memory") && fa::test::HasSubstring("still reads"));
+#endif
+}
