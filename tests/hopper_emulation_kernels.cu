@@ -133,6 +133,26 @@ __global__ void misuse_kernel(int which, const __grid_constant__ CUtensorMap map
   }
 }
 
+// Thread 0 adds the tile into out (at out + offset) by one bulk reduction; see bulk_reduce().
+__global__ void bulk_reduce_kernel(float* out, int offset, bool write_before_wait, bool wait) {
+  extern __shared__ uint8_t smem_raw[];
+  float* tile = reinterpret_cast<float*>(smem_raw);
+  if (threadIdx.x != 0) return;
+  for (int i = 0; i < 64; ++i) tile[i] = static_cast<float>(i);
+  fence_proxy_async();
+  bulk_reduce_add(out + offset, tile, 64 * 4);
+  bulk_commit();
+  if (write_before_wait) tile[0] = 1000.0f;  // the reduction has not read it yet
+  if (wait) bulk_wait<0>();
+}
+
+std::vector<float> run_bulk_reduce(int offset, bool write_before_wait, bool wait) {
+  DeviceBuffer<float> out(std::vector<float>(80, 0.5f));
+  bulk_reduce_kernel<<<1, 32, 64 * 4>>>(out.data(), offset, write_before_wait, wait);
+  FA_CHECK_LAUNCH("bulk_reduce_kernel");
+  return out.download();
+}
+
 void misuse(int which) {
   DeviceBuffer<uint16_t> tile(std::vector<uint16_t>(64 * 64, 0));
   const CUtensorMap map = tile_map(tile.data());
@@ -171,5 +191,13 @@ void named_barrier_disagreement() { misuse(2); }
 void warpgroup_split() { misuse(3); }
 void copy_over_product_in_flight() { misuse(4); }
 void product_before_copy_lands() { misuse(5); }
+
+std::vector<float> bulk_reduce(bool write_before_wait) {
+  std::vector<float> all = run_bulk_reduce(0, write_before_wait, true);
+  all.resize(64);
+  return all;
+}
+void bulk_reduce_misaligned() { run_bulk_reduce(1, false, true); }
+void bulk_reduce_never_waited() { run_bulk_reduce(0, false, false); }
 
 }  // namespace fa::cpu_test

@@ -28,4 +28,11 @@ void warpgroup_split();              ///< half a warpgroup in wgmma.fence, half 
 void copy_over_product_in_flight();  ///< a TMA copy into what a running wgmma reads: must fault
 void product_before_copy_lands();    ///< a wgmma reading a TMA destination nobody waited for: must fault
 
+/// 64 floats 0, 1, ..., 63 in shared memory added into 64 floats of 0.5 by one bulk reduction
+/// (cp.reduce.async.bulk .add.f32); if `write_before_wait`, the thread then writes 1000 into
+/// the first float of the tile before the wait that retires the reduction. The 64 sums.
+std::vector<float> bulk_reduce(bool write_before_wait);
+void bulk_reduce_misaligned();       ///< a reduction into an address 4 bytes past 16: must fault
+void bulk_reduce_never_waited();     ///< a thread that ends with a reduction in flight: must fault
+
 }  // namespace fa::cpu_test

@@ -5,6 +5,8 @@
 //   mode, with parts of the box outside the tensor (zeros), read back from shared memory;
 //   from 3-D maps, and from 4-D maps of [B][H][N][d] views whose heads are interleaved in
 //   each row, as stages 08 and 12 read a linear layer's q, k and v;
+// - bulk reduce-add (cp.reduce.async.bulk .add.f32): shared memory added into global memory,
+//   as stage 13 adds dQ;
 // - wgmma: one m64nNk16 product over a shared-memory image of random values, read through
 //   descriptors in each swizzle mode, K-major and MN-major, with A from shared memory or
 //   from registers.
@@ -149,6 +151,25 @@ uint64_t descriptor(uint32_t start, uint32_t lbo, uint32_t sbo, int mode) {
          static_cast<uint64_t>(mode) << 62;
 }
 
+// Shared memory gets c's first 4096 floats; one thread adds [256, 256 + 1024) of them into
+// out[16 ..] and [2048, 2048 + 512) into out[3000 ..] with two bulk reductions in two groups,
+// waiting for the first's reads before the second is issued.
+__global__ void reduce_kernel(const float* c, float* out) {
+  extern __shared__ uint8_t smem_raw[];
+  float* tile = reinterpret_cast<float*>(aligned_smem(smem_raw));
+  for (int i = threadIdx.x; i < 4096; i += blockDim.x) tile[i] = c[i];
+  hopper::fence_proxy_async();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    hopper::bulk_reduce_add(out + 16, tile + 256, 1024 * 4);
+    hopper::bulk_commit();
+    hopper::bulk_wait_read<0>();
+    hopper::bulk_reduce_add(out + 3000, tile + 2048, 512 * 4);
+    hopper::bulk_commit();
+    hopper::bulk_wait<0>();
+  }
+}
+
 // One warpgroup: the image into shared memory, then one product D = A·B + C.
 template <typename T, int N, bool REGS, bool BT>
 __global__ void wgmma_kernel(const uint16_t* image, const uint32_t* a_regs, const float* c, uint64_t a_desc,
@@ -254,6 +275,14 @@ HopperOutputs run_hopper_probes(const HopperInputs& in) {
     out.parity = answers.download();
   }
   DeviceBuffer<float> c(in.c);
+  {
+    std::vector<float> start(4096);
+    for (size_t i = 0; i < start.size(); ++i) start[i] = in.c[in.c.size() - 1 - i];  // other values than the added
+    DeviceBuffer<float> sums(start);
+    reduce_kernel<<<1, 128, 4096 * 4 + 1024>>>(c.data(), sums.data());
+    FA_CHECK_LAUNCH("reduce_kernel");
+    out.reduce = sums.download();
+  }
   for (const WgmmaCase& w : wgmma_cases()) {
     DeviceBuffer<uint16_t> image(in.image[w.type]);
     DeviceBuffer<uint32_t> regs(in.a_regs[w.type]);

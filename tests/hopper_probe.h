@@ -58,6 +58,7 @@ struct HopperOutputs {
   std::vector<uint32_t> tma4;  ///< the same for each 4-D case
   std::vector<float> wgmma;   ///< each case's 128 threads × n/2 accumulators
   std::vector<uint32_t> parity;  ///< mbarrier.test_wait.parity answers (see hopper_probe.cu)
+  std::vector<float> reduce;     ///< a global buffer after two bulk reduce-adds into it
 };
 
 HopperInputs hopper_inputs(uint64_t seed);

@@ -9,6 +9,7 @@
 // must the mbarrier's answers; wgmma results must agree within fp32 accumulation rounding
 // (the emulation sums exactly).
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -49,6 +50,7 @@ int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
   using namespace fa::probe;
   HopperOutputs gpu;
   gpu.tma = get<uint32_t>(f), gpu.wgmma = get<float>(f), gpu.parity = get<uint32_t>(f), gpu.tma4 = get<uint32_t>(f);
+  gpu.reduce = get<float>(f);
   int bad = compare_bits("mbarrier.test_wait.parity 0 and 1, before and after each arrival", out.parity, gpu.parity, 2,
                          "step");
   size_t at = 0;
@@ -84,7 +86,13 @@ int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
                           1e-4);
     at += values;
   }
-  return bad + (gpu.wgmma.size() != at);
+  bad += gpu.wgmma.size() != at;
+  // Each element is one fp32 addition, rounded the same way on both: the sums must be identical.
+  std::vector<uint32_t> mine(out.reduce.size()), theirs(gpu.reduce.size());
+  std::memcpy(mine.data(), out.reduce.data(), 4 * mine.size());
+  std::memcpy(theirs.data(), gpu.reduce.data(), 4 * theirs.size());
+  return bad + compare_bits("cp.reduce.async.bulk .add.f32, two reductions into 4096 floats", mine, theirs, 64,
+                            "row of 64");
 }
 
 }  // namespace
@@ -100,7 +108,7 @@ int main(int argc, char** argv) {
       },
       [] { return run_hopper_probes(hopper_inputs(2026)); },
       [](std::ofstream& f, const HopperOutputs& out) {
-        put(f, out.tma), put(f, out.wgmma), put(f, out.parity), put(f, out.tma4);
+        put(f, out.tma), put(f, out.wgmma), put(f, out.parity), put(f, out.tma4), put(f, out.reduce);
       },
       compare, "no Hopper GPU was there to write it (hopper_probe --write)");
 }

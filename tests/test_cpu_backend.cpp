@@ -236,6 +236,19 @@ TEST_CASE("misused Hopper instructions are reported, not run", "[cpu_backend][ho
   REQUIRE(k::barrier_with_early_exit(64, 64)[0] == 1);  // and the backend goes on working
 }
 
+TEST_CASE("a bulk reduction adds shared memory as it is when its group is retired", "[cpu_backend][hopper]") {
+  // Each sum is one fp32 addition; tests/hopper_probe.cu holds the same against the H100.
+  std::vector<float> want(64);
+  for (int i = 0; i < 64; ++i) want[static_cast<size_t>(i)] = 0.5f + static_cast<float>(i);
+  REQUIRE(k::bulk_reduce(false) == want);
+  // The PTX ISA lets the reduction read the tile until cp.async.bulk.wait_group.read retires
+  // it; the emulation reads it then, so a kernel that writes the tile sooner adds what it wrote.
+  want[0] = 1000.5f;
+  REQUIRE(k::bulk_reduce(true) == want);
+  REQUIRE_THROWS_WITH(k::bulk_reduce_misaligned(), HasSubstring("multiples of 16 bytes"));
+  REQUIRE_THROWS_WITH(k::bulk_reduce_never_waited(), HasSubstring("never waited for"));
+}
+
 // The race detector: CUDA's ordering rules, not the fiber schedule's. (Absent from the
 // AddressSanitizer build, whose kernels cannot carry both instrumentations.)
 #ifdef FA_TEST_RACECHECK

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "common/problem.h"
 #include "stages/08_hopper/hopper_attention.h"
 #include "stages/13_backward_hopper/hopper_backward.h"
+#include "stages/13_backward_hopper/tuning.h"
 #include "tests/backward_check.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
@@ -152,6 +154,34 @@ TEST_CASE("stage 13: dQ's atomics are needed, blocks in flight together", "[stag
                                                       : problem(1, 2, 256, 8192, 64, false, fa::DType::BF16);
   fa::test::BlocksInFlight shake(4);
   require_passed(p, run_and_check(p, 8).check);
+}
+
+// Each variant of tuning.h is another choice of LOG.md; each must still compute the
+// gradients: ragged lengths over several tiles, one query, logits all far below zero, with and
+// without the causal mask, d = 64 and 128.
+TEST_CASE("stage 13: every variant matches the reference", "[stage13][variants]") {
+  const std::vector<fa::Variant<fa::BackwardStageRun>> variants = fa::hopper_backward::variants();
+  CHECK(variants.size() == std::tuple_size_v<fa::hopper_backward::Variants>);
+  uint64_t seed = 1700;
+  for (const auto& v : variants) {
+    INFO("variant " << v.name << ": " << v.summary);
+    const fa::test::Backward16 run = [&v](const fa::AttentionProblem& p, const fa::tc_backward::Tensors& t, void* ws) {
+      v.run(p, {t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv}, ws);
+    };
+    for (int64_t d : kDims) {
+      for (bool causal : {false, true}) {
+        const fa::DType t = causal ? fa::DType::BF16 : fa::DType::F16;
+        const fa::AttentionProblem p = problem(1, 2, 150, 133, d, causal, t);
+        require_passed(p, run_and_check(p, ++seed, 1.0f, run).check);
+        const fa::AttentionProblem low = problem(1, 1, 70, causal ? 70 : 130, d, causal, t);
+        require_passed(low, run_and_check(low, ++seed, 1.0f, run, false, -300.0).check);
+        const fa::AttentionProblem one = problem(1, 2, 1, causal ? 1 : 257, d, causal, t);
+        require_passed(one, run_and_check(one, ++seed, 1.0f, run).check);
+      }
+    }
+  }
+  REQUIRE_THROWS_WITH(fa::find_variant(variants, "nope", "13_backward_hopper"),
+                      fa::test::HasSubstring("tuned, atomics, bulk"));
 }
 
 // What the Python module hands the backward pass: q, k and v as views of one buffer with the

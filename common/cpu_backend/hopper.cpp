@@ -96,11 +96,26 @@ struct Warpgroup {
   std::deque<std::vector<Product>> committed; // oldest first
 };
 
+// One cp.reduce.async.bulk: where it adds, and which shared bytes it reads (when it runs).
+struct BulkReduce {
+  float* dst;
+  std::uint32_t src;  // shared address
+  unsigned bytes;
+  const void* pc;
+};
+
+// A thread's bulk operations (cp.async.bulk.commit_group and wait_group are per thread).
+struct BulkGroups {
+  std::vector<BulkReduce> open;                   // issued since the last commit
+  std::deque<std::vector<BulkReduce>> committed;  // oldest first
+};
+
 struct BlockState {
   std::unordered_map<std::uint32_t, Mbarrier> bars;
   std::deque<Landing> landings;  // issue order
   NamedBarrier named[16];
   std::vector<Warpgroup> groups;
+  std::vector<BulkGroups> bulk;  // a thread's, by thread index
 };
 
 // One per block in flight (a deque: growing keeps references valid).
@@ -581,12 +596,61 @@ void setmaxnreg(int regs, const char* file, int line) {
   }, file, line);
 }
 
+void bulk_reduce_add(float* dst, const void* src, unsigned bytes, const char* file, int line) {
+  const std::uint32_t from = shared_address(src, bytes);
+  if (bytes == 0 || bytes % 16 != 0 || from % 16 != 0 || reinterpret_cast<std::uintptr_t>(dst) % 16 != 0) {
+    throw std::runtime_error("cp.reduce.async.bulk at " + where(file, line) +
+                             ": the size and both addresses must be multiples of 16 bytes");
+  }
+  BlockState& s = block();
+  s.bulk.resize(static_cast<std::size_t>(block_threads()));
+  s.bulk[static_cast<std::size_t>(current_thread())].open.push_back({dst, from, bytes, __builtin_return_address(0)});
+}
+
+void bulk_commit() {
+  BlockState& s = block();
+  s.bulk.resize(static_cast<std::size_t>(block_threads()));
+  BulkGroups& mine = s.bulk[static_cast<std::size_t>(current_thread())];
+  mine.committed.push_back(std::move(mine.open));
+  mine.open.clear();
+}
+
+void bulk_wait(int n) {
+  BlockState& s = block();
+  s.bulk.resize(static_cast<std::size_t>(block_threads()));
+  BulkGroups& mine = s.bulk[static_cast<std::size_t>(current_thread())];
+  while (static_cast<int>(mine.committed.size()) > n) {
+    for (const BulkReduce& r : mine.committed.front()) {
+      // Shared memory as it is now (a write since the issue shows), added element by
+      // element; each addition is atomic, as the reduction's are on the GPU.
+      const unsigned char* from = shared_bytes(r.src, r.bytes, "cp.reduce.async.bulk");
+      note_atomic(r.dst, r.bytes, r.pc);
+      for (unsigned i = 0; i < r.bytes / 4; ++i) {
+        float add;
+        std::memcpy(&add, from + 4 * i, 4);
+        r.dst[i] += add;
+      }
+    }
+    mine.committed.pop_front();
+  }
+}
+
+std::string hopper_thread_exits(int thread) {
+  BlockState& s = block();
+  if (static_cast<std::size_t>(thread) >= s.bulk.size()) return "";
+  const BulkGroups& g = s.bulk[static_cast<std::size_t>(thread)];
+  if (g.open.empty() && g.committed.empty()) return "";
+  return "it ended with bulk reductions (cp.reduce.async.bulk) it never waited for "
+         "(cp.async.bulk.wait_group): the shared memory they read goes with the block";
+}
+
 void hopper_block_begins(int threads) {
   BlockState& s = block();
   s.bars.clear();
   s.landings.clear();
   for (NamedBarrier& nb : s.named) nb = NamedBarrier{};
   s.groups.assign(static_cast<std::size_t>((threads + kWarpgroup - 1) / kWarpgroup), Warpgroup{});
+  s.bulk.assign(static_cast<std::size_t>(threads), BulkGroups{});
 }
 
 }  // namespace fa_cpu

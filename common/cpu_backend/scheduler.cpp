@@ -554,6 +554,8 @@ void step_block(Block& b, const std::vector<int>& order) {
         race::set_current(t.linear);
         async_copy_thread_exits(t.linear);  // copies it never waited for land now
         race::set_current(-1);
+        const std::string why = hopper_thread_exits(t.linear);
+        if (!why.empty()) fault(b, thread_name(b, t) + ": " + why);
       }
     }
     try_release_barrier(b);

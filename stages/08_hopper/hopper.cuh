@@ -189,6 +189,51 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t
 #endif
 }
 
+// ---- bulk reductions ---------------------------------------------------------------------
+
+/// Adds `bytes` / 4 floats of shared memory at `src` into global memory at `dst`, each
+/// addition atomic, by the copy engine (`cp.reduce.async.bulk ... .add.f32`): one thread
+/// issues a whole tile. Size and both addresses are multiples of 16 bytes. Asynchronous:
+/// `src` may be written again only after bulk_wait_read() has retired the operation's group.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const void* src, uint32_t bytes) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::bulk_reduce_add(dst, src, bytes, __FILE__, __LINE__);
+#else
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+/// Closes this thread's group of bulk operations.
+__device__ __forceinline__ void bulk_commit() {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::bulk_commit();
+#else
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+/// Waits until at most N of this thread's groups of bulk operations still read shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::bulk_wait(N);
+#else
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/// Waits until at most N of this thread's groups of bulk operations are still running.
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::bulk_wait(N);
+#else
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 // ---- named barriers --------------------------------------------------------------------
 
 /// Waits at hardware barrier `id` (1-15; 0 is __syncthreads) until `threads` threads have

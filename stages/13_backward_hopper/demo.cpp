@@ -9,6 +9,7 @@
  * stage13_backward_hopper_cpu --batch 1 --heads 2 --seq-q 300 --seq-kv 200   # the CPU twin
  * stage13_backward_hopper --causal --dim 128 --dtype bf16
  * stage13_backward_hopper --compare            # beside the forward pass's own time
+ * stage13_backward_hopper --variant atomics    # dQ by atomics, the step before (LOG.md)
  * \endcode
  */
 #include <string>
@@ -16,6 +17,7 @@
 #include "common/backward_demo.h"
 #include "stages/08_hopper/hopper_attention.h"
 #include "stages/13_backward_hopper/hopper_backward.h"
+#include "stages/13_backward_hopper/tuning.h"
 
 namespace {
 
@@ -37,6 +39,7 @@ fa::BackwardStageDemo describe() {
   s.run = [](const fa::AttentionProblem& p, const fa::BackwardTensors& t, void* ws) {
     bw::attention_backward(p, {t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv}, ws);
   };
+  s.variants = bw::variants();
   s.workspace_bytes = bw::workspace_bytes;
   s.workspace_what = "D and lse, two floats a query row, and dQ's fp32 accumulator";
   s.hbm_bytes = bw::hbm_bytes_model;

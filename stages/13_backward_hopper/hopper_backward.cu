@@ -24,7 +24,10 @@
  *             issue dV_w += Pᵀ·dO_i,  dK_w += dSᵀ·Q_i            (wgmma, A from registers)
  *             both consumers' dS written (a named barrier of the two):
  *             issue dQ_i[:, half w] = dS·K_j[:, half w]           (wgmma, both in shared memory)
- *             wait for all three; hand buffer i % 2 back; add dQ_i's half into dQacc (fp32 atomics)
+ *             wait for all three; hand buffer i % 2 back
+ *             dQacc_i += dQ_i: d = 128, the halves → shared memory (fp32), a named barrier, and
+ *             one thread adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32);
+ *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured)
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -65,6 +68,7 @@
 #include "stages/08_hopper/hopper.cuh"
 #include "stages/08_hopper/hopper_attention.h"
 #include "stages/11_backward_tensor_cores/tensor_core_backward.h"
+#include "stages/13_backward_hopper/tuning.h"
 
 namespace fa::hopper_backward {
 
@@ -81,9 +85,9 @@ constexpr int QB = 2;               ///< buffers of Q_i and dO_i: the next tile 
 static_assert(Bc == 64 * CONSUMERS, "each consumer owns 64 keys: one wgmma M");
 
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
-/// 128-byte swizzle repeats every 1024 bytes). A tile of R rows × D columns is stored as
-/// D/64 boxes of R rows × 128 bytes, as TMA writes it.
-template <int D>
+/// 128-byte swizzle repeats every 1024 bytes) under configuration S (tuning.h). A tile of R
+/// rows × D columns is stored as D/64 boxes of R rows × 128 bytes, as TMA writes it.
+template <int D, class S>
 struct Smem {
   static constexpr int KV_BYTES = Bc * D * 2;  ///< one K (or V) tile
   static constexpr int Q_BYTES = Br * D * 2;   ///< one Q (or dO) tile
@@ -93,7 +97,12 @@ struct Smem {
   static constexpr int q = v + KV_BYTES;            ///< QB Q tiles
   static constexpr int d_o = q + QB * Q_BYTES;      ///< QB dO tiles
   static constexpr int ds = d_o + QB * Q_BYTES;     ///< two dS tiles
-  static constexpr int bars = ds + 2 * DS_BYTES;    ///< kv_full, q_full[QB], q_empty[QB]
+  /// How dQ's parts are added at this head dim (tuning.h).
+  static constexpr DqAdd DQ = D == 64 ? S::dq_d64 : S::dq_d128;
+  /// dQ of a tile in fp32, [Br][D] as in dQacc, for the bulk reduction (two buffers)
+  static constexpr int DQ_BYTES = DQ == DqAdd::bulk ? Br * D * 4 : 0;
+  static constexpr int dq = ds + 2 * DS_BYTES;      ///< two dQ tiles (bulk only)
+  static constexpr int bars = dq + 2 * DQ_BYTES;    ///< kv_full, q_full[QB], q_empty[QB]
   static constexpr int bytes = bars + 8 * (1 + 2 * QB) + 1024;  ///< + slack to align the base
 };
 
@@ -103,13 +112,13 @@ struct Smem {
  * start first). The tensor maps describe Q, K, V and dO as [B][H][N][D], each with its own
  * strides. lse2 and Dvec are kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
  */
-template <typename T, int D>
+template <typename T, int D, class S>
 __global__ void __launch_bounds__(THREADS, 1)
     backward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                     const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
                     const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int heads, int seq_q,
                     int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal) {
-  using L = Smem<D>;
+  using L = Smem<D, S>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::bars);
@@ -310,20 +319,45 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_registers(dk);
     mbarrier_arrive(&q_empty[buf]);  // this thread is done with Q_i and dO_i
 
-    // dQacc_i += dQ's half (scale is applied by kernel 3): every K/V tile of the head adds to
-    // the same rows, from other blocks: fp32 atomics in L2, two neighbouring floats each.
+    // dQacc_i += the tile's dQ (scale is applied by kernel 3): every K/V tile of the head adds
+    // to the same rows, from other blocks, so the additions are atomic.
+    const int q_valid = seq_q - i0 < Br ? seq_q - i0 : Br;  // rows of the tile inside the head
+    if constexpr (L::DQ == DqAdd::bulk) {
+      // Both halves into shared memory as dQacc lays the rows out, then one thread adds the
+      // tile's rows with one bulk reduction. Buffer n % 2: its reduction two tiles ago has
+      // read it, since the adding thread waits for that before this tile's first barrier.
+      float* tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q = i0 + 16 * warp + g + 8 * r;
-      if (q >= seq_q) continue;
-      float* row = dQh + static_cast<int64_t>(q) * D + D / 2 * w + 2 * t;
+      for (int r = 0; r < 2; ++r) {
+        float* row = tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
 #pragma unroll
-      for (int nc = 0; nc < D / 16; ++nc) {
-        const float add[2] = {dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]};
-        dev::atomic_add_vec<2, true>(row + 8 * nc, add);
+        for (int nc = 0; nc < D / 16; ++nc) {
+          *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
+        }
+      }
+      fence_proxy_async();  // the copy engine reads what these stores wrote
+      named_barrier_sync(2, CONSUMERS * WG);
+      if (threadIdx.x == WG) {
+        bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, tile, static_cast<uint32_t>(q_valid * D * 4));
+        bulk_commit();
+        bulk_wait_read<1>();  // the tile before's reduction has read its buffer
+      }
+    } else {
+      // Each thread adds its accumulators: fp32 atomics in L2, two neighbouring floats each.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int q = 16 * warp + g + 8 * r;
+        if (q >= q_valid) continue;
+        float* row = dQh + static_cast<int64_t>(i0 + q) * D + D / 2 * w + 2 * t;
+#pragma unroll
+        for (int nc = 0; nc < D / 16; ++nc) {
+          const float add[2] = {dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]};
+          dev::atomic_add_vec<2, true>(row + 8 * nc, add);
+        }
       }
     }
   }
+  if (L::DQ == DqAdd::bulk && threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends
 
   // The only writes of dV_w and dK_w, rounded to T: rows past Nkv are not written.
 #pragma unroll
@@ -344,7 +378,7 @@ namespace {
 
 using tc_backward::Workspace;
 
-template <typename T, int D>
+template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
   if (p.seq_q > 2147483647 - Br || p.seq_kv > 2147483647 - Bc) throw InputError("stage 13: sequences too long");
   require_copyable(p, layout, "stage 13");
@@ -360,9 +394,9 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   const Workspace ws = tc_backward::split_workspace(p, workspace);
   tc_backward::prepare(p, t, layout, ws, "stage 13");
 
-  const int smem = Smem<D>::bytes;
-  FA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  backward_kernel<T, D><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
+  const int smem = Smem<D, S>::bytes;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
       tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
       static_cast<int>(p.heads), static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
       static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);
@@ -381,6 +415,17 @@ void require_runnable(const AttentionProblem& p) {
   if (!why.empty()) throw NoGpuError(why);
 }
 
+/// A variant of tuning.h on the demo's tensors (contiguous).
+template <class S>
+void run_variant(const AttentionProblem& p, const BackwardTensors& t, void* workspace) {
+  const Tensors tensors{t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv};
+  tc::with_mma_type(p.dtype, "stage 13", [&](auto type) {
+    using T = decltype(type);
+    require_runnable(p);
+    (p.dim == 64 ? launch<T, 64, S> : launch<T, 128, S>)(p, tensors, workspace, Layout::contiguous(p));
+  });
+}
+
 }  // namespace
 
 std::string unavailable_reason() {
@@ -390,8 +435,8 @@ std::string unavailable_reason() {
 }
 
 std::size_t shared_bytes(int64_t d) {
-  if (d == 64) return Smem<64>::bytes;
-  if (d == 128) return Smem<128>::bytes;
+  if (d == 64) return Smem<64, Tuned>::bytes;
+  if (d == 128) return Smem<128, Tuned>::bytes;
   throw InputError("stage 13: head dim " + std::to_string(d) + " is not supported (64 or 128)");
 }
 
@@ -406,7 +451,7 @@ void attention_backward_strided(const AttentionProblem& p, const Tensors& t, voi
   tc::with_mma_type(p.dtype, "stage 13", [&](auto type) {
     using T = decltype(type);
     require_runnable(p);
-    (p.dim == 64 ? launch<T, 64> : launch<T, 128>)(p, t, workspace, layout);
+    (p.dim == 64 ? launch<T, 64, Tuned> : launch<T, 128, Tuned>)(p, t, workspace, layout);
   });
 }
 
@@ -414,6 +459,16 @@ void attention_backward(const AttentionProblem& p, const Tensors& t, void* works
   // Parenthesised: no argument-dependent lookup, which would also find stage 11's function of
   // the same name (Tensors is tc_backward's).
   (attention_backward_strided)(p, t, workspace, Layout::contiguous(p));
+}
+
+// The variants of tuning.h, for --variant and the tests (a planted copy of this file leaves
+// them out: cmake/FaStage.cmake).
+std::vector<Variant<BackwardStageRun>> variants() {
+  return std::apply(
+      [](auto... s) {
+        return std::vector<Variant<BackwardStageRun>>{{s.name, s.summary, run_variant<decltype(s)>}...};
+      },
+      Variants{});
 }
 
 }  // namespace fa::hopper_backward

@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "fa_cpu/warp_matrix.h"
 
@@ -81,6 +82,17 @@ void wgmma_commit(const char* file, int line);
 /// wgmma.wait_group.sync.aligned n: retires the warpgroup's committed groups but the n newest.
 void wgmma_wait(int n, const char* file, int line);
 
+/// cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32: adds the `bytes` / 4 floats at
+/// shared `src` into global `dst`, each addition atomic (size and addresses multiples of 16).
+/// It reads shared memory and adds when the cp.async.bulk.wait_group that retires its group
+/// runs, the latest the ISA allows, so a kernel that writes the source before that wait
+/// adds what it wrote.
+void bulk_reduce_add(float* dst, const void* src, unsigned bytes, const char* file, int line);
+/// cp.async.bulk.commit_group: closes this thread's group of bulk operations.
+void bulk_commit();
+/// cp.async.bulk.wait_group[.read] n: retires this thread's committed groups but the n newest.
+void bulk_wait(int n);
+
 /// setmaxnreg.{inc,dec}.sync.aligned.u32 regs: checked (24-256, a multiple of 8, the
 /// same in the whole warpgroup); registers are not modelled.
 void setmaxnreg(int regs, const char* file, int line);
@@ -94,6 +106,9 @@ std::uint32_t operand_address(std::uint64_t desc, bool mn_major, int mn, int k);
 /// \cond CPU_BACKEND_INTERNAL
 /// The scheduler's hook: a new block of `threads` starts (no barriers, copies or products).
 void hopper_block_begins(int threads);
+/// The scheduler's hook: thread `thread` of the running block has ended. Returns why that is
+/// a fault (bulk reductions it never waited for), or an empty string.
+std::string hopper_thread_exits(int thread);
 /// \endcond
 
 }  // namespace fa_cpu
