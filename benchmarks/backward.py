@@ -25,9 +25,11 @@ allocation during the call (it allocates dQ, dK, dV there), the stage's dQ, dK, 
 
   python3 benchmarks/backward.py --demo build/bin/stage10_backward --lib build/lib/libfa_inputs.so \\
       --csv backward.csv
+  python3 benchmarks/backward.py --precision fp16,bf16 --demo build/bin/stage11_backward_tensor_cores \\
+      --lib build/lib/libfa_inputs.so --csv backward_tc.csv
   python3 benchmarks/backward.py --precision fp16,bf16 \\
       --demo build/bin/stage11_backward_tensor_cores,build/bin/stage13_backward_hopper \\
-      --lib build/lib/libfa_inputs.so --csv backward_tc.csv
+      --lib build/lib/libfa_inputs.so --csv backward_hopper.csv     # a Hopper GPU: stages 11 and 13
 
   python3 benchmarks/backward.py --plot backward.csv [--check]   # backward_ms.svg beside it
   python3 benchmarks/backward.py --plot backward_tc.csv          # backward_tc_ms.svg (any CSV: <name>_ms.svg)
@@ -49,7 +51,7 @@ from torch_sdpa import decline_reason, timed  # the same timing and PyTorch mess
 HEADER = ("source,name,precision,device,batch,heads,seq,dim,causal,median_ms,repeats,tflops,forward_ms,"
           "extra_bytes,max_abs_err,status,note").split(",")
 
-# (B, H, N, d): the bar shapes, non-causal and causal: FP32 (stage 10) and FP16/BF16 (stage 11).
+# (B, H, N, d): the bar shapes, non-causal and causal: FP32 (stage 10) and FP16/BF16 (stages 11, 13).
 POINTS = [(4, 32, 4096, 64), (4, 32, 4096, 128)]
 POINTS_TC = [(4, 32, 4096, 64), (1, 16, 8192, 128)]
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -246,7 +248,6 @@ def main():
             continue
         for causal in masks:
             for prec in precisions:
-                device = None
                 for demo in args.demo.split(","):
                     r, rc = run_stage(args, demo, b, h, n, d, causal, prec)
                     device, name, elem = r["device"], r["stage"], 4 if prec == "fp32" else 2
