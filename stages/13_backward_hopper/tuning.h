@@ -31,7 +31,7 @@ struct Tuned {
   static constexpr const char* name = "tuned";  ///< what --variant takes
   /// How the variant differs from the finished kernel, for --help.
   static constexpr const char* summary = "the finished kernel, as the demo runs it without --variant";
-  /// dQ's parts at d = 64: atomics; the bulk reduction was 0-2.3% slower there (LOG.md).
+  /// dQ's parts at d = 64: atomics; the bulk reduction was 0-2.4% slower there (LOG.md).
   static constexpr DqAdd dq_d64 = DqAdd::atomics;
   /// dQ's parts at d = 128: one bulk reduction a tile, 9-13% faster than atomics (LOG.md).
   static constexpr DqAdd dq_d128 = DqAdd::bulk;
