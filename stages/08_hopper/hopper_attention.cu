@@ -541,9 +541,7 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
 /// Refuses what no stage-08 kernel runs, with a message: another head dim, or a GPU that is
 /// not a Hopper.
 void require_runnable(const AttentionProblem& p) {
-  if (p.dim != 64 && p.dim != 128) {
-    throw InputError("stage 08: head dim " + std::to_string(p.dim) + " is not supported (64 or 128)");
-  }
+  require_head_dim(p.dim, "stage 08");
   const std::string why = unavailable_reason();
   if (!why.empty()) throw NoGpuError(why);
 }
@@ -571,16 +569,20 @@ std::string unavailable_reason() {
          " (compute capability " + std::to_string(major) + "." + std::to_string(minor) + ")";
 }
 
+void require_head_dim(int64_t d, const char* stage) {
+  if (d != 64 && d != 128) {
+    throw InputError(std::string(stage) + ": head dim " + std::to_string(d) + " is not supported (64 or 128)");
+  }
+}
+
 std::size_t shared_bytes(int64_t d) {
-  if (d == 64) return Smem<64, Tuned>::bytes;
-  if (d == 128) return Smem<128, Tuned>::bytes;
-  throw InputError("stage 08: head dim " + std::to_string(d) + " is not supported (64 or 128)");
+  require_head_dim(d, "stage 08");
+  return d == 64 ? Smem<64, Tuned>::bytes : Smem<128, Tuned>::bytes;
 }
 
 int consumers(int64_t d) {
-  if (d == 64) return Shape<64, Tuned>::C;
-  if (d == 128) return Shape<128, Tuned>::C;
-  throw InputError("stage 08: head dim " + std::to_string(d) + " is not supported (64 or 128)");
+  require_head_dim(d, "stage 08");
+  return d == 64 ? Shape<64, Tuned>::C : Shape<128, Tuned>::C;
 }
 
 int block_rows(int64_t d) { return 64 * consumers(d); }

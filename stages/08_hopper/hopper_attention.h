@@ -45,6 +45,11 @@ std::string unavailable_reason();
 /// Shared memory one block uses for head dimension d.
 std::size_t shared_bytes(int64_t d);
 
+/// Refuses a head dimension that stage 08's machinery (and the stages built on it) has no
+/// kernel for, with InputError("<stage>: head dim d is not supported (64 or 128)").
+/// \param d the head dimension; \param stage the name that begins the message, e.g. "stage 13".
+void require_head_dim(int64_t d, const char* stage);
+
 /**
  * O = softmax(scale·Q·Kᵀ)·V in fp16 or bf16 on a Hopper GPU, d = 64 or 128.
  * \param p the problem; \param Q, K, V the inputs; \param O the output; \param lse if

@@ -535,9 +535,7 @@ void run(const AttentionProblem& p, const void* Q, const void* K, const void* V,
          const Layout& layout, const Plan& plan) {
   tc::with_mma_type(p.dtype, "stage 12", [&](auto type) {
     using T = decltype(type);
-    if (p.dim != 64 && p.dim != 128) {
-      throw InputError("stage 12: head dim " + std::to_string(p.dim) + " is not supported (64 or 128)");
-    }
+    hopper::require_head_dim(p.dim, "stage 12");
     const std::string why = unavailable_reason();
     if (!why.empty()) throw NoGpuError(why);
     plan.require_fits(p);

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int box = kk / 4, along = kk % 4 * 32;
       // K's keys 16kk .. 16kk + 15, columns D/2·w ..: d = 128, box w; d = 64, 64 bytes into box 0's rows.
       const uint8_t* kb = Ks + kk * 16 * 128 + (D == 128 ? w * Bc * 128 : w * 64);
-      wgmma_ss_bt<T, D / 2>(dq, smem_desc(dSs + box * Br * 128 + along, 16, 1024), smem_desc(kb, Bc * 128, 1024),
+      wgmma_ss<T, D / 2, true>(dq, smem_desc(dSs + box * Br * 128 + along, 16, 1024), smem_desc(kb, Bc * 128, 1024),
                             kk > 0);
     }
     wgmma_commit();
@@ -408,9 +408,7 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
 /// Refuses what no stage-13 kernel runs, with a message: another head dim, or a GPU that is
 /// not a Hopper.
 void require_runnable(const AttentionProblem& p) {
-  if (p.dim != 64 && p.dim != 128) {
-    throw InputError("stage 13: head dim " + std::to_string(p.dim) + " is not supported (64 or 128)");
-  }
+  hopper::require_head_dim(p.dim, "stage 13");
   const std::string why = unavailable_reason();
   if (!why.empty()) throw NoGpuError(why);
 }
@@ -429,15 +427,13 @@ void run_variant(const AttentionProblem& p, const BackwardTensors& t, void* work
 }  // namespace
 
 std::string unavailable_reason() {
-  std::string why = hopper::unavailable_reason();
-  if (!why.empty()) why.replace(0, std::string("stage 08").size(), "stage 13");
-  return why;
+  const std::string why = hopper::unavailable_reason();
+  return why.empty() ? why : "stage 13 runs on stage 08's machinery: " + why;
 }
 
 std::size_t shared_bytes(int64_t d) {
-  if (d == 64) return Smem<64, Tuned>::bytes;
-  if (d == 128) return Smem<128, Tuned>::bytes;
-  throw InputError("stage 13: head dim " + std::to_string(d) + " is not supported (64 or 128)");
+  hopper::require_head_dim(d, "stage 13");
+  return d == 64 ? Smem<64, Tuned>::bytes : Smem<128, Tuned>::bytes;
 }
 
 std::size_t workspace_bytes(const AttentionProblem& p) {
