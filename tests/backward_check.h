@@ -1,23 +1,28 @@
 // Shared by the tests of the 16-bit backward stages (11 and 13): one backward pass on fresh
 // seeded inputs, dQ, dK, dV and the workspace poisoned before it, every gradient element of
-// every head compared with the float64 reference; and a wrapper that hands a stage its
-// inputs through the strides of one of fa::test's layouts.
+// every head compared with the float64 reference; a wrapper that hands a stage its inputs
+// through the strides of one of fa::test's layouts; and the checks both stages run through
+// their own run_and_check (every variant, every strided layout).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "common/backward_demo.h"
 #include "common/cuda_check.h"
+#include "common/demo.h"
 #include "common/device_buffer.h"
 #include "common/random.h"
 #include "common/reference.h"
 #include "common/verify.h"
 #include "stages/11_backward_tensor_cores/tensor_core_backward.h"
+#include "tests/catch.h"
 #include "tests/stage_check.h"
 
 namespace fa::test {
@@ -91,6 +96,52 @@ inline Backward16 strided_backward(
     stage(p, {q.data(), k.data(), v.data(), o.data(), d_o.data(), t.lse, t.dq, t.dk, t.dv}, ws, layout);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
   };
+}
+
+/// Each variant of a stage's tuning.h is another choice of its LOG.md; each must still compute
+/// the gradients: ragged lengths over several tiles, one query, logits all far below zero, with
+/// and without the causal mask, d = 64 and 128. `run_and_check(p, seed, magnitude, backward,
+/// forward_on_device, logit)` is the stage's own (run_backward_check with its workspace).
+template <class RunAndCheck>
+void check_backward_variants(const std::vector<Variant<BackwardStageRun>>& variants, uint64_t seed,
+                             const RunAndCheck& run_and_check) {
+  for (const auto& v : variants) {
+    INFO("variant " << v.name << ": " << v.summary);
+    const Backward16 run = [&v](const AttentionProblem& p, const tc_backward::Tensors& t, void* ws) {
+      v.run(p, {t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv}, ws);
+    };
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        const DType t = causal ? DType::BF16 : DType::F16;
+        const AttentionProblem p = make_problem(1, 2, 150, 133, d, 0.0, causal, t);
+        require_passed(p, run_and_check(p, ++seed, 1.0f, run, false, 0.0).check);
+        const AttentionProblem low = make_problem(1, 1, 70, causal ? 70 : 130, d, 0.0, causal, t);
+        require_passed(low, run_and_check(low, ++seed, 1.0f, run, false, -300.0).check);
+        const AttentionProblem one = make_problem(1, 2, 1, causal ? 1 : 257, d, 0.0, causal, t);
+        require_passed(one, run_and_check(one, ++seed, 1.0f, run, false, 0.0).check);
+      }
+    }
+  }
+}
+
+/// What the Python module hands a backward stage: q, k and v as views of one buffer with the
+/// heads side by side in each row, O and dO laid out alike ("interleaved"); and tensors with
+/// spare elements between rows and heads ("padded"). fp16 and bf16, d = 64 and 128, causal on
+/// one shape of three. `stage` is the stage's attention_backward_strided.
+template <class RunAndCheck, class Strided>
+void check_strided_backward(uint64_t seed, const RunAndCheck& run_and_check, const Strided& stage) {
+  for (const std::string layout : {"interleaved", "padded"}) {
+    INFO(layout);
+    const Backward16 backward = strided_backward(layout, stage);
+    for (DType t : {DType::F16, DType::BF16}) {
+      for (int64_t d : {64, 128}) {
+        for (auto [b, h, nq, nkv] : std::vector<std::array<int64_t, 4>>{{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}}) {
+          const AttentionProblem p = make_problem(b, h, nq, nkv, d, 0.0, nq == 70, t);
+          require_passed(p, run_and_check(p, ++seed, 1.0f, backward, false, 0.0).check);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace fa::test

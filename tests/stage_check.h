@@ -137,6 +137,22 @@ inline void require_finite(const AttentionGradients<float>& g) {
     for (float e : *x) REQUIRE(std::isfinite(e));
 }
 
+/// Under the causal mask with Nkv > Nq, the keys j ≥ Nq are seen by no query: their dK and dV
+/// must be exactly zero, and written (a poisoned element left alone stays NaN). Nothing to
+/// require otherwise.
+inline void require_unseen_keys_zero(const AttentionProblem& p, const AttentionGradients<float>& g) {
+  if (!p.causal || p.seq_kv <= p.seq_q) return;
+  for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
+    for (int64_t j = p.seq_q; j < p.seq_kv; ++j)
+      for (int64_t c = 0; c < p.dim; ++c) {
+        const auto at = static_cast<size_t>((bh * p.seq_kv + j) * p.dim + c);
+        if (g.dk[at] == 0.0f && g.dv[at] == 0.0f) continue;  // NaN (never written) fails too
+        INFO("head " << bh << ", key " << j << ", column " << c);
+        REQUIRE(g.dk[at] == 0.0f);
+        REQUIRE(g.dv[at] == 0.0f);
+      }
+}
+
 /// Query and key lengths that are not multiples of any tile, 1 included, Nq != Nkv.
 inline const std::vector<std::pair<int64_t, int64_t>>& ragged_lengths() {
   static const std::vector<std::pair<int64_t, int64_t>> lengths = {

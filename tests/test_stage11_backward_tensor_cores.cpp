@@ -99,15 +99,7 @@ TEST_CASE("stage 11: causal mask, tiles above the diagonal skipped", "[stage11][
         const fa::AttentionProblem p = problem(2, 2, nq, nkv, d, true, t);
         const Run r = run_and_check(p, ++seed);
         require_passed(p, r.check);
-        if (nkv > nq) {  // keys past the last query's position: no query sees them
-          for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
-            for (int64_t j = nq; j < nkv; ++j)
-              for (int64_t c = 0; c < p.dim; ++c) {
-                const auto at = static_cast<size_t>((bh * nkv + j) * p.dim + c);
-                REQUIRE(r.got.dk[at] == 0.0f);
-                REQUIRE(r.got.dv[at] == 0.0f);
-              }
-        }
+        fa::test::require_unseen_keys_zero(p, r.got);
       }
     }
   }
@@ -184,30 +176,11 @@ TEST_CASE("stage 11: dQ's atomics are needed, blocks in flight together", "[stag
   require_passed(p, run_and_check(p, 8).check);
 }
 
-// Each variant of tuning.h is another choice of LOG.md; each must still compute the
-// gradients: ragged lengths over several tiles, one query, logits all far below zero, with
-// and without the causal mask, d = 64 and 128.
+// Each variant of tuning.h is another choice of LOG.md (fa::test::check_backward_variants).
 TEST_CASE("stage 11: every variant matches the reference", "[stage11][variants]") {
   const std::vector<fa::Variant<fa::BackwardStageRun>> variants = fa::tc_backward::variants();
   CHECK(variants.size() == std::tuple_size_v<fa::tc_backward::Variants>);
-  uint64_t seed = 40;
-  for (const auto& v : variants) {
-    INFO("variant " << v.name << ": " << v.summary);
-    const Backward run = [&v](const fa::AttentionProblem& p, const fa::tc_backward::Tensors& t, void* ws) {
-      v.run(p, {t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv}, ws);
-    };
-    for (int64_t d : {64, 128}) {
-      for (bool causal : {false, true}) {
-        const fa::DType t = causal ? fa::DType::BF16 : fa::DType::F16;
-        const fa::AttentionProblem p = problem(1, 2, 150, 133, d, causal, t);
-        require_passed(p, run_and_check(p, ++seed, 1.0f, run).check);
-        const fa::AttentionProblem low = problem(1, 2, 70, causal ? 70 : 130, d, causal, t);
-        require_passed(low, run_and_check(low, ++seed, 1.0f, run, false, -300.0).check);
-        const fa::AttentionProblem one = problem(1, 2, 1, causal ? 1 : 257, d, causal, t);
-        require_passed(one, run_and_check(one, ++seed, 1.0f, run).check);
-      }
-    }
-  }
+  fa::test::check_backward_variants(variants, 40, run_and_check);
   REQUIRE_THROWS_WITH(fa::find_variant(variants, "nope", "11_backward_tensor_cores"),
                       fa::test::HasSubstring("tuned, warp16, no_split, dq_mt1, min3"));
   const fa::AttentionProblem p32 = problem(1, 1, 4, 4, 32, false, fa::DType::F16);
@@ -215,27 +188,9 @@ TEST_CASE("stage 11: every variant matches the reference", "[stage11][variants]"
                       fa::test::HasSubstring("d = 64 and 128 only"));
 }
 
-// Stage 11 reading Q, K, V, O and dO where the layout `name` of fa::test::test_layout says.
-Backward strided_stage11(const std::string& name) {
-  return fa::test::strided_backward(name, fa::tc_backward::attention_backward_strided);
-}
-
-// What the Python module hands stage 11: q, k and v as views of one buffer with the heads
-// side by side in each row, O and dO laid out alike; and tensors with spare elements
-// between rows and heads.
+// The layouts the Python module hands stage 11 (fa::test::check_strided_backward).
 TEST_CASE("stage 11: Q, K, V, O and dO read where their strides say", "[stage11]") {
-  uint64_t seed = 1200;
-  for (const std::string layout : {"interleaved", "padded"}) {
-    for (fa::DType t : kTypes) {
-      for (int64_t d : {64, 128}) {
-        for (auto [b, h, nq, nkv] : std::vector<std::array<int64_t, 4>>{{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}}) {
-          const fa::AttentionProblem p = problem(b, h, nq, nkv, d, nq == 70, t);
-          INFO(layout);
-          require_passed(p, run_and_check(p, ++seed, 1.0f, strided_stage11(layout)).check);
-        }
-      }
-    }
-  }
+  fa::test::check_strided_backward(1200, run_and_check, fa::tc_backward::attention_backward_strided);
 }
 
 TEST_CASE("stage 11: bad input is refused with a message", "[stage11]") {

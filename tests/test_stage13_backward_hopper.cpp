@@ -91,15 +91,7 @@ TEST_CASE("stage 13: causal mask, tiles above the diagonal skipped", "[stage13][
         const fa::AttentionProblem p = problem(2, 1, nq, nkv, d, true, t);
         const fa::test::BackwardRun r = run_and_check(p, ++seed);
         require_passed(p, r.check);
-        if (nkv > nq) {  // keys past the last query's position: no query sees them
-          for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
-            for (int64_t j = nq; j < nkv; ++j)
-              for (int64_t c = 0; c < p.dim; ++c) {
-                const auto at = static_cast<size_t>((bh * nkv + j) * p.dim + c);
-                REQUIRE(r.got.dk[at] == 0.0f);
-                REQUIRE(r.got.dv[at] == 0.0f);
-              }
-        }
+        fa::test::require_unseen_keys_zero(p, r.got);
       }
     }
   }
@@ -156,54 +148,18 @@ TEST_CASE("stage 13: dQ's atomics are needed, blocks in flight together", "[stag
   require_passed(p, run_and_check(p, 8).check);
 }
 
-// Each variant of tuning.h is another choice of LOG.md; each must still compute the
-// gradients: ragged lengths over several tiles, one query, logits all far below zero, with and
-// without the causal mask, d = 64 and 128.
+// Each variant of tuning.h is another choice of LOG.md (fa::test::check_backward_variants).
 TEST_CASE("stage 13: every variant matches the reference", "[stage13][variants]") {
   const std::vector<fa::Variant<fa::BackwardStageRun>> variants = fa::hopper_backward::variants();
   CHECK(variants.size() == std::tuple_size_v<fa::hopper_backward::Variants>);
-  uint64_t seed = 1700;
-  for (const auto& v : variants) {
-    INFO("variant " << v.name << ": " << v.summary);
-    const fa::test::Backward16 run = [&v](const fa::AttentionProblem& p, const fa::tc_backward::Tensors& t, void* ws) {
-      v.run(p, {t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv}, ws);
-    };
-    for (int64_t d : kDims) {
-      for (bool causal : {false, true}) {
-        const fa::DType t = causal ? fa::DType::BF16 : fa::DType::F16;
-        const fa::AttentionProblem p = problem(1, 2, 150, 133, d, causal, t);
-        require_passed(p, run_and_check(p, ++seed, 1.0f, run).check);
-        const fa::AttentionProblem low = problem(1, 1, 70, causal ? 70 : 130, d, causal, t);
-        require_passed(low, run_and_check(low, ++seed, 1.0f, run, false, -300.0).check);
-        const fa::AttentionProblem one = problem(1, 2, 1, causal ? 1 : 257, d, causal, t);
-        require_passed(one, run_and_check(one, ++seed, 1.0f, run).check);
-      }
-    }
-  }
+  fa::test::check_backward_variants(variants, 1700, run_and_check);
   REQUIRE_THROWS_WITH(fa::find_variant(variants, "nope", "13_backward_hopper"),
                       fa::test::HasSubstring("tuned, atomics, bulk"));
 }
 
-// What the Python module hands the backward pass: q, k and v as views of one buffer with the
-// heads side by side in each row, O and dO laid out alike; and tensors with spare elements
-// between rows and heads.
+// The layouts the Python module hands a backward stage (fa::test::check_strided_backward).
 TEST_CASE("stage 13: Q, K, V, O and dO read where their strides say", "[stage13]") {
-  uint64_t seed = 1600;
-  for (const std::string layout : {"interleaved", "padded"}) {
-    for (fa::DType t : kTypes) {
-      for (int64_t d : kDims) {
-        const std::vector<std::array<int64_t, 4>> shapes = {{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}};
-        for (auto [b, h, nq, nkv] : shapes) {
-          const fa::AttentionProblem p = problem(b, h, nq, nkv, d, nq == 70, t);
-          INFO(layout);
-          require_passed(
-              p, run_and_check(p, ++seed, 1.0f,
-                               fa::test::strided_backward(layout, fa::hopper_backward::attention_backward_strided))
-                     .check);
-        }
-      }
-    }
-  }
+  fa::test::check_strided_backward(1600, run_and_check, fa::hopper_backward::attention_backward_strided);
 }
 
 TEST_CASE("stage 13: bad input is refused with a message", "[stage13]") {
