@@ -190,10 +190,8 @@ __global__ void wgmma_kernel(const uint16_t* image, const uint32_t* a_regs, cons
   hopper::wgmma_fence();
   if constexpr (REGS) {
     hopper::wgmma_rs<T, N>(d, a, b_desc + base, true);
-  } else if constexpr (BT) {
-    hopper::wgmma_ss_bt<T, N>(d, a_desc + base, b_desc + base, true);
   } else {
-    hopper::wgmma_ss<T, N>(d, a_desc + base, b_desc + base, true);
+    hopper::wgmma_ss<T, N, BT>(d, a_desc + base, b_desc + base, true);
   }
   hopper::wgmma_commit();
   hopper::wgmma_wait<0>();

@@ -350,38 +350,55 @@ __device__ __forceinline__ void fence_registers(float (&d)[M]) {
 #define FA_WGMMA_OUT64(d) FA_D8(d, 0), FA_D8(d, 8), FA_D8(d, 16), FA_D8(d, 24), FA_D8(d, 32), FA_D8(d, 40), FA_D8(d, 48), FA_D8(d, 56)
 /// \endcond
 
-/// D (64×N) = A·B (+ D if `accumulate`), A (64×16) and B (16×N) both K-major in shared
-/// memory; T is __half or __nv_bfloat16; N is 64 or 128.
-template <typename T, int N>
+/// D (64×N) = A·B (+ D if `accumulate`), A (64×16) K-major and B (16×N) in shared memory:
+/// K-major, or MN-major with B_MN_MAJOR (B's transpose flag set). T is __half or
+/// __nv_bfloat16. N is 64 or 128 with B K-major, 32 or 64 with B MN-major: the shapes the
+/// kernels use and the Hopper probe proves.
+template <typename T, int N, bool B_MN_MAJOR = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+  static_assert(B_MN_MAJOR ? (N == 32 || N == 64) : (N == 64 || N == 128),
+                "wgmma_ss: N is 64 or 128 with B K-major, 32 or 64 with B MN-major");
 #ifdef FA_CPU_KERNEL
   const auto type = std::is_same<T, __half>::value ? ::fa_cpu::MmaType::F16 : ::fa_cpu::MmaType::BF16;
-  ::fa_cpu::wgmma(type, N, d, nullptr, a_desc, b_desc, false, accumulate, __FILE__, __LINE__);
+  ::fa_cpu::wgmma(type, N, d, nullptr, a_desc, b_desc, B_MN_MAJOR, accumulate, __FILE__, __LINE__);
 #else
-  if constexpr (N == 64 && std::is_same<T, __half>::value) {
+  constexpr int tnsp_b = B_MN_MAJOR ? 1 : 0;  // the last immediate: B's transpose flag
+  if constexpr (N == 32 && std::is_same<T, __half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FA_WGMMA_D16 ", %16, %17, p, 1, 1, 0, %19;\n}\n"
+        : FA_WGMMA_OUT16(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)), "n"(tnsp_b));
+  } else if constexpr (N == 32 && std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FA_WGMMA_D16 ", %16, %17, p, 1, 1, 0, %19;\n}\n"
+        : FA_WGMMA_OUT16(d)
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)), "n"(tnsp_b));
+  } else if constexpr (N == 64 && std::is_same<T, __half>::value) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
         : FA_WGMMA_OUT32(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)), "n"(tnsp_b));
   } else if constexpr (N == 64 && std::is_same<T, __nv_bfloat16>::value) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
         : FA_WGMMA_OUT32(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)), "n"(tnsp_b));
   } else if constexpr (N == 128 && std::is_same<T, __half>::value) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_WGMMA_D64 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
         : FA_WGMMA_OUT64(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)), "n"(tnsp_b));
   } else if constexpr (N == 128 && std::is_same<T, __nv_bfloat16>::value) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_WGMMA_D64 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
         : FA_WGMMA_OUT64(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)), "n"(tnsp_b));
   }
 #endif
 }
@@ -419,43 +436,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
         : FA_WGMMA_OUT64(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
-  }
-#endif
-}
-
-/// D (64×N) = A·B (+ D if `accumulate`), A (64×16) K-major and B (16×N) MN-major, both in
-/// shared memory (B's transpose flag set); T is __half or __nv_bfloat16; N is 32 or 64.
-template <typename T, int N>
-__device__ __forceinline__ void wgmma_ss_bt(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
-#ifdef FA_CPU_KERNEL
-  const auto type = std::is_same<T, __half>::value ? ::fa_cpu::MmaType::F16 : ::fa_cpu::MmaType::BF16;
-  ::fa_cpu::wgmma(type, N, d, nullptr, a_desc, b_desc, true, accumulate, __FILE__, __LINE__);
-#else
-  static_assert(N == 32 || N == 64, "wgmma_ss_bt: N is 32 or 64");
-  if constexpr (N == 32 && std::is_same<T, __half>::value) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FA_WGMMA_D16 ", %16, %17, p, 1, 1, 0, 1;\n}\n"
-        : FA_WGMMA_OUT16(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
-  } else if constexpr (N == 32 && std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FA_WGMMA_D16 ", %16, %17, p, 1, 1, 0, 1;\n}\n"
-        : FA_WGMMA_OUT16(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
-  } else if constexpr (N == 64 && std::is_same<T, __half>::value) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 1;\n}\n"
-        : FA_WGMMA_OUT32(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
-  } else if constexpr (N == 64 && std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 1;\n}\n"
-        : FA_WGMMA_OUT32(d)
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
   }
 #endif
 }
