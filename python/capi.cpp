@@ -25,6 +25,7 @@
 #if FA_HAVE_STAGE08
 #include "stages/08_hopper/hopper_attention.h"
 #include "stages/12_masks/masked_attention.h"
+#include "stages/13_backward_hopper/hopper_backward.h"
 #endif
 #include "stages/10_backward/backward_attention.h"
 #include "stages/11_backward_tensor_cores/tensor_core_backward.h"
@@ -114,6 +115,22 @@ class OnStream {
   cudaStream_t stream_ = nullptr;
 #endif
 };
+
+// The backward stage that `stage` names: "10", "11" or "13" as given; "auto" the fastest for
+// the problem, as measured on the H100 (benchmarks/results): stage 10 for fp32; for fp16 and
+// bf16, stage 13 at d = 128 where it runs (a Hopper, or the CPU backend), else stage 11
+// (at d = 64 stage 11 is the faster on the H100).
+std::string backward_stage(const fa::AttentionProblem& p, const std::string& stage) {
+  if (stage == "10" || stage == "11" || stage == "13") return stage;
+  if (stage != "auto") {
+    throw fa::InputError("no backward stage \"" + stage + "\": choose \"auto\", \"10\", \"11\" or \"13\"");
+  }
+  if (p.dtype == fa::DType::F32) return "10";
+#if FA_HAVE_STAGE08
+  if (p.dim == 128 && fa::hopper_backward::unavailable_reason().empty()) return "13";
+#endif
+  return "11";
+}
 
 void select_device([[maybe_unused]] int device) {
 #if !FA_CPU_BACKEND
@@ -285,8 +302,18 @@ FA_API int fa_stages_masked_forward(const void* plan, int dtype, int64_t b, int6
   });
 }
 
+/// The backward stage that `stage` ("auto", "10", "11" or "13") runs for `dtype` at head dim
+/// `d` on device `device`, written into `name` (at most `size` bytes with the terminating zero).
+FA_API int fa_stages_backward_stage(const char* stage, int dtype, int64_t d, int device, char* name, int size) {
+  return guarded([&] {
+    select_device(device);
+    const std::string s = backward_stage(problem(dtype, 1, 1, 1, 1, d, 0.0, 0), stage);
+    std::snprintf(name, static_cast<std::size_t>(size), "%s", s.c_str());
+  });
+}
+
 /// Device bytes of workspace the backward pass of `dtype` needs (stage 10 for fp32, stage 11
-/// for fp16 and bf16), into *bytes.
+/// or 13 for fp16 and bf16: stage 13 takes stage 11's workspace), into *bytes.
 FA_API int fa_stages_backward_workspace(int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
                                         int causal, int64_t* bytes) {
   return guarded([&] {
@@ -297,31 +324,39 @@ FA_API int fa_stages_backward_workspace(int dtype, int64_t b, int64_t h, int64_t
 }
 
 /**
- * dQ, dK and dV: by stage 10 (fp32, CUDA cores) or stage 11 (fp16 and bf16, tensor cores),
- * [B, H, N, d] in `dtype` (lse [B, H, Nq] in fp32), 16-byte aligned: q, k, v, the
- * forward's o and lse, and d_o the gradient of the loss with respect to o. dq, dk and dv
- * are written contiguous. `strides`: null for contiguous inputs, or 15 numbers, (batch,
- * head, row) strides in elements of q, k, v, o and d_o in turn, which only stage 11 (fp16
- * and bf16) takes. Ordered on `stream` as fa_stages_forward is.
+ * dQ, dK and dV by the backward stage `stage` ("auto", "10", "11" or "13"; backward_stage()
+ * says which "auto" runs): stage 10 in fp32 on CUDA cores, stage 11 (tensor cores, mma.sync)
+ * or stage 13 (Hopper: TMA and wgmma) in fp16 and bf16. Tensors [B, H, N, d] in `dtype`
+ * (lse [B, H, Nq] in fp32), 16-byte aligned: q, k, v, the forward's o and lse, and d_o the
+ * gradient of the loss with respect to o. dq, dk and dv are written contiguous. `strides`:
+ * null for contiguous inputs, or 15 numbers, (batch, head, row) strides in elements of q, k,
+ * v, o and d_o in turn, which stages 11 and 13 take (fp16 and bf16). Ordered on `stream` as
+ * fa_stages_forward is.
  */
-FA_API int fa_stages_backward(int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d, double scale,
-                              int causal, const void* q, const void* k, const void* v, const void* o,
+FA_API int fa_stages_backward(const char* stage, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
+                              double scale, int causal, const void* q, const void* k, const void* v, const void* o,
                               const void* d_o, const float* lse, void* dq, void* dk, void* dv,
                               const int64_t* strides, void* workspace, int device, void* stream) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
-    if (strides && p.dtype == fa::DType::F32) {
-      throw fa::InputError("stage 10 (fp32) reads contiguous tensors only: pass no strides");
-    }
     select_device(device);
+    const std::string s = backward_stage(p, stage);
+    if (strides && s == "10") throw fa::InputError("stage 10 (fp32) reads contiguous tensors only: pass no strides");
     OnStream on(stream);
-    if (p.dtype == fa::DType::F32) {
+    if (s == "10") {
       const auto f = [](const void* x) { return static_cast<const float*>(x); };
       const auto w = [](void* x) { return static_cast<float*>(x); };
       fa::backward::attention_backward(p, {f(q), f(k), f(v), f(o), f(d_o), lse, w(dq), w(dk), w(dv)}, workspace);
-    } else {
+    } else if (s == "11") {
       fa::tc_backward::attention_backward_strided(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace,
                                                   layout_of(p, strides, 5));
+    } else {
+#if FA_HAVE_STAGE08
+      fa::hopper_backward::attention_backward_strided(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace,
+                                                      layout_of(p, strides, 5));
+#else
+      throw fa::NoGpuError("this build has no stage 13 (it needs nvcc 12 or newer)");
+#endif
     }
     FA_CUDA_CHECK(cudaGetLastError());
     on.done();

@@ -64,14 +64,23 @@ def max_error(got, want):
     return (got.double() - want.double()).abs().max().item()
 
 
-def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None):
-    what = "stage %s %s B%d H%d Nq%d Nkv%d d%d%s%s" % (
-        stage, str(dtype).replace("torch.", ""), b, h, nq, nkv, d, " causal" if causal else "",
+def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None, backward_stage="auto"):
+    """attention() by `stage` and its gradients against float64 autograd; with a
+    backward_stage other than "auto", forward() and then backward() by that stage."""
+    what = "stage %s%s %s B%d H%d Nq%d Nkv%d d%d%s%s" % (
+        stage, "" if backward_stage == "auto" else " backward " + backward_stage,
+        str(dtype).replace("torch.", ""), b, h, nq, nkv, d, " causal" if causal else "",
         "" if scale is None else " scale %g" % scale)
     q, k, v, grad_o = inputs((b, h, nq, d), (b, h, nkv, d), dtype, device, seed)
     used_scale = scale if scale is not None else 1.0 / math.sqrt(d)
-    o = fa_stages.attention(q, k, v, causal=causal, scale=scale, stage=stage)
-    o.backward(grad_o)
+    if backward_stage == "auto":
+        o = fa_stages.attention(q, k, v, causal=causal, scale=scale, stage=stage)
+        o.backward(grad_o)
+        grads = (q.grad, k.grad, v.grad)
+    else:
+        with torch.no_grad():
+            o, lse = fa_stages.forward(q, k, v, causal=causal, scale=scale, stage=stage)
+            grads = fa_stages.backward(q, k, v, o, lse, grad_o, causal=causal, scale=scale, stage=backward_stage)
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
     ref = reference(q64, k64, v64, causal, used_scale)
     ref.backward(grad_o.double())
@@ -96,11 +105,21 @@ def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None
         unit = 2 ** -11 if dtype == torch.float16 else 2 ** -8
         g_tols = [2 * max_error(b, want) + unit * (want.abs().max().item() + 1.0)
                   for b, want in ((qb.grad, q64.grad), (kb.grad, k64.grad), (vb.grad, v64.grad))]
-    for name, got, want, g_tol in zip(("dQ", "dK", "dV"), (q.grad, k.grad, v.grad), (q64.grad, k64.grad, v64.grad),
-                                      g_tols):
+    for name, got, want, g_tol in zip(("dQ", "dK", "dV"), grads, (q64.grad, k64.grad, v64.grad), g_tols):
         err = max_error(got, want)
         check(got.dtype == dtype and err <= g_tol,
               "%s: %s within %.2g of float64 (%.2g)" % (what, name, g_tol, err))
+
+
+def auto_backward(device):
+    """backward(stage="auto"), and so attention()'s gradients: stage 10 for float32; stage 13
+    at d = 128 where it runs (a Hopper, or the CPU backend), else stage 11."""
+    hopper = fa_stages._hopper_available(torch.device(device))
+    for dtype, d, want in ((torch.float32, 64, "10"), (torch.float32, 128, "10"), (torch.float16, 64, "11"),
+                           (torch.bfloat16, 64, "11"), (torch.float16, 128, "13" if hopper else "11"),
+                           (torch.bfloat16, 128, "13" if hopper else "11")):
+        got = fa_stages.backward_stage(dtype, d, device)
+        check(got == want, "backward_stage(%s, %d) is %s (%s)" % (str(dtype).split(".")[1], d, want, got))
 
 
 def expect_error(kind, text, call, what):
@@ -142,6 +161,22 @@ def bad_inputs(device):
     # Stage 08 runs d = 64 and 128 only (06 and 07 also run 16 and 32).
     h = (q[..., :32].half(), k[..., :32].half(), v[..., :32].half())
     expect_error(ValueError, "head dim 32 is not supported", lambda: att(*h, stage="08"), "d = 32 to stage 08")
+    # A head dim whose rows are no whole number of 16 bytes: refused by the stage, not misread.
+    h45 = (q[..., :45].half(), k[..., :45].half(), v[..., :45].half())
+    expect_error(ValueError, "head dim 45 is not supported", lambda: att(*h45), "d = 45 in fp16")
+    # The backward stages: an unknown one, a dtype the stage does not take, d = 32 to stage 13.
+    o, lse = fa_stages.forward(q, k, v)
+    bwd = fa_stages.backward
+    expect_error(ValueError, "no backward stage '12'", lambda: bwd(q, k, v, o, lse, o, stage="12"),
+                 "an unknown backward stage")
+    expect_error(TypeError, "backward stage 13 takes", lambda: bwd(q, k, v, o, lse, o, stage="13"),
+                 "fp32 to stage 13")
+    expect_error(TypeError, "backward stage 10 takes", lambda: bwd(*(t.half() for t in (q, k, v, o)), lse, o.half(),
+                                                                 stage="10"), "fp16 to stage 10")
+    h = tuple(t.half() for t in (q[..., :32], k[..., :32], v[..., :32]))
+    o32, lse32 = fa_stages.forward(*h, stage="07")
+    expect_error(ValueError, "stage 13: head dim 32 is not supported",
+                 lambda: bwd(*h, o32, lse32, o32, stage="13"), "d = 32 to backward stage 13")
 
 
 def layouts(device):
@@ -304,6 +339,13 @@ def main():
             check_stage(stage, torch.float16, device, 1, 2, 29, 41, d, True, seed)
     check_stage("auto", torch.float32, device, 1, 2, 33, 45, 128, True, seed + 1, scale=0.3)
     check_stage("auto", torch.bfloat16, device, 1, 2, 33, 45, 64, False, seed + 2)
+    # Each backward stage by name, beside "auto" (13 at d = 128 where it runs, else 11).
+    for backward_stage in ("11", "13"):
+        for d in (64, 128):
+            seed += 1
+            check_stage("08", torch.bfloat16, device, 1, 2, 70, 45, d, True, seed, backward_stage=backward_stage)
+    check_stage("05", torch.float32, device, 1, 1, 20, 33, 64, False, seed + 4, backward_stage="10")
+    auto_backward(device)
     # Large-magnitude logits: scale 8 on unit inputs (logits of order 10²).
     check_stage("05", torch.float32, device, 1, 2, 40, 90, 64, False, seed + 3, scale=8.0)
     bad_inputs(device)

@@ -7,8 +7,9 @@
 q, k and v are [B, H, N, d] tensors (Nq for q, Nkv for k and v), all float32, float16 or
 bfloat16, all on one device: CUDA tensors run the GPU kernels on PyTorch's current stream,
 CPU tensors run the very same kernels on the CPU backend (slowly, with no GPU). Gradients
-come from stage 10 for float32 (CUDA cores) and from stage 11 for float16 and bfloat16
-(tensor cores). python/README.md explains how it is built.
+come from stage 10 for float32 (CUDA cores); for float16 and bfloat16 from stage 13 (Hopper)
+at d = 128 where it runs, else from stage 11 (tensor cores). python/README.md explains how
+it is built.
 """
 
 import ctypes
@@ -17,8 +18,8 @@ import os
 
 import torch
 
-__all__ = ["attention", "forward", "backward", "MaskPlan", "masked_attention", "FORWARD_STAGES", "CUSTOM_OPS",
-           "device_name"]
+__all__ = ["attention", "forward", "backward", "MaskPlan", "masked_attention", "FORWARD_STAGES", "BACKWARD_STAGES",
+           "backward_stage", "CUSTOM_OPS", "device_name"]
 
 #: The stages with a forward pass, and the element types each takes.
 FORWARD_STAGES = {
@@ -31,9 +32,16 @@ FORWARD_STAGES = {
     "07": (torch.float16, torch.bfloat16),  # the memory pipeline (cp.async)
     "08": (torch.float16, torch.bfloat16),  # Hopper (TMA, wgmma), on an H100 or the CPU backend
 }
+#: The stages with a backward pass, and the element types each takes ("auto": any of them).
+BACKWARD_STAGES = {
+    "auto": (torch.float32, torch.float16, torch.bfloat16),
+    "10": (torch.float32,),  # CUDA cores
+    "11": (torch.float16, torch.bfloat16),  # tensor cores (mma.sync, cp.async)
+    "13": (torch.float16, torch.bfloat16),  # Hopper (TMA, wgmma), on an H100 or the CPU backend
+}
 _LSE_STAGES = {"03", "05", "06", "07", "08"}  # the stages that hand back the log-sum-exp
 _WORKSPACE_STAGES = {"01", "02", "04"}  # the forward stages that need device memory of their own
-_STRIDED_STAGES = {"08"}  # the forward stages that read strided tensors (and the backward: stage 11)
+_STRIDED_STAGES = {"08"}  # the forward stages that read strided tensors (and the backward: stages 11 and 13)
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 _i64 = ctypes.c_int64
@@ -59,10 +67,12 @@ class _Library:
             ctypes.c_double, ctypes.c_int] + [_ptr] * 7 + [ctypes.c_int, _ptr]
         lib.fa_stages_forward_workspace.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
             ctypes.c_int, ctypes.POINTER(_i64)]
-        lib.fa_stages_backward.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [
+        lib.fa_stages_backward.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [
             _ptr] * 11 + [ctypes.c_int, _ptr]
         lib.fa_stages_backward_workspace.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.fa_stages_backward_stage.argtypes = [ctypes.c_char_p, ctypes.c_int, _i64, ctypes.c_int, ctypes.c_char_p,
+                                                 ctypes.c_int]
         lib.fa_stages_mask_plan.argtypes = [_i64, _i64, ctypes.c_int, _i64, _i64, _ptr, _i64, _ptr, _i64, _i64,
                                             ctypes.c_int, ctypes.POINTER(_ptr), _ptr]
         lib.fa_stages_mask_plan_free.argtypes = [_ptr]
@@ -117,6 +127,18 @@ def device_name(device="cpu"):
     device = torch.device(device)
     name = ctypes.create_string_buffer(256)
     _library(device).call("fa_stages_device_name", _device_index(device), name, 256)
+    return name.value.decode()
+
+
+def backward_stage(dtype, head_dim, device="cpu"):
+    """The stage backward(stage="auto") runs, and attention()'s gradients come from, for
+    tensors of `dtype` with head dim `head_dim` on `device`: "10", "11" or "13"."""
+    device = torch.device(device)
+    if dtype not in _DTYPE_CODES:
+        raise TypeError("fa_stages: %s; the stages take float32, float16 or bfloat16" % (dtype,))
+    name = ctypes.create_string_buffer(8)
+    _library(device).call("fa_stages_backward_stage", b"auto", _DTYPE_CODES[dtype], int(head_dim),
+                          _device_index(device), name, 8)
     return name.value.decode()
 
 
@@ -212,7 +234,9 @@ def _strided(*tensors):
         st = _strides(t)
         if st is None:
             t = _ready(t)
-            st = _strides(t)
+            # Still None only where a row is no whole number of 16 bytes (d = 45 in fp16):
+            # the contiguous strides, and the stage refuses that head dim with its message.
+            st = _strides(t) or (t.stride(0), t.stride(1), t.stride(2))
         ready.append(t)
         strides.extend(st)
     return ready, _STRIDE_ARRAYS[len(strides)](*strides)
@@ -267,9 +291,19 @@ def _forward(q, k, v, causal, scale, stage):
     return o, lse
 
 
-def backward(q, k, v, o, lse, grad_o, causal=False, scale=None):
-    """dQ, dK and dV in q's dtype: stage 10 for float32 (CUDA cores), stage 11 for float16
-    and bfloat16 (tensor cores). o and grad_o are taken in q's dtype, lse in float32."""
+def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto"):
+    """dQ, dK and dV in q's dtype. o and grad_o are taken in q's dtype, lse in float32.
+
+    stage: "auto" runs stage 10 for float32 (CUDA cores); for float16 and bfloat16, stage 13
+    (Hopper: TMA and wgmma) at d = 128 where it runs, else stage 11 (tensor cores, mma.sync),
+    the faster at d = 64. "10", "11" or "13" runs that stage.
+    """
+    if stage not in BACKWARD_STAGES:
+        raise ValueError("fa_stages: no backward stage %r; choose \"auto\" or one of %s"
+                         % (stage, ", ".join(s for s in BACKWARD_STAGES if s != "auto")))
+    if stage != "auto" and q.dtype not in BACKWARD_STAGES[stage]:
+        raise TypeError("fa_stages: backward stage %s takes %s, not %s"
+                        % (stage, " or ".join(str(t) for t in BACKWARD_STAGES[stage]), q.dtype))
     dtype = q.dtype
     if any(t.dtype != dtype for t in (k, v, o, grad_o)):
         k, v, o, grad_o = (t.to(dtype) for t in (k, v, o, grad_o))
@@ -289,10 +323,10 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None):
     if dtype == torch.float32:  # stage 10 reads contiguous tensors
         q, k, v, o, grad_o = (_ready(t) for t in (q, k, v, o, grad_o))
         strides = None
-    else:  # stage 11 reads them where they lie
+    else:  # stages 11 and 13 read them where they lie
         (q, k, v, o, grad_o), strides = _strided(q, k, v, o, grad_o)
     dq, dk, dv = (torch.empty(t.shape, dtype=dtype, device=q.device) for t in (q, k, v))
-    lib.check(lib.backward(code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+    lib.check(lib.backward(stage.encode(), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(), v.data_ptr(),
                            o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
                            dv.data_ptr(), strides, workspace.data_ptr(), index, stream))
     return dq, dk, dv
