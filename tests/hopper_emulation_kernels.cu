@@ -153,6 +153,16 @@ std::vector<float> run_bulk_reduce(int offset, bool write_before_wait, bool wait
   return out.download();
 }
 
+// Each block takes a ticket t from counter[0], waits until counter[1] reads t, writes t into
+// order[t's turn] and passes the turn on; `skip` is a ticket that never passes it on.
+__global__ void flag_chain_kernel(int* counter, int* order, int skip) {
+  if (threadIdx.x != 0) return;
+  const int t = atomicAdd(counter, 1);
+  flag_wait(counter + 1, t);
+  order[t] = static_cast<int>(blockIdx.x);
+  if (t != skip) flag_release(counter + 1, t + 1);
+}
+
 void misuse(int which) {
   DeviceBuffer<uint16_t> tile(std::vector<uint16_t>(64 * 64, 0));
   const CUtensorMap map = tile_map(tile.data());
@@ -197,6 +207,14 @@ std::vector<float> bulk_reduce(bool write_before_wait) {
   all.resize(64);
   return all;
 }
+std::vector<int> flag_chain(int blocks, int skip) {
+  DeviceBuffer<int> counter(std::vector<int>{0, 0});
+  DeviceBuffer<int> order(std::vector<int>(static_cast<size_t>(blocks), -1));
+  flag_chain_kernel<<<blocks, 32>>>(counter.data(), order.data(), skip);
+  FA_CHECK_LAUNCH("flag_chain_kernel");
+  return order.download();
+}
+
 void bulk_reduce_misaligned() { run_bulk_reduce(1, false, true); }
 void bulk_reduce_never_waited() { run_bulk_reduce(0, false, false); }
 

@@ -35,4 +35,10 @@ std::vector<float> bulk_reduce(bool write_before_wait);
 void bulk_reduce_misaligned();       ///< a reduction into an address 4 bytes past 16: must fault
 void bulk_reduce_never_waited();     ///< a thread that ends with a reduction in flight: must fault
 
+/// `blocks` blocks, each of which takes a ticket (atomicAdd), waits with flag_wait() until a
+/// flag reads its ticket, records its blockIdx.x at the ticket's place and passes the flag on
+/// with flag_release() (except the block with ticket `skip`, if one has it): the blockIdx.x of
+/// the blocks in the order of their turns.
+std::vector<int> flag_chain(int blocks, int skip = -1);
+
 }  // namespace fa::cpu_test

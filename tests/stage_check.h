@@ -56,10 +56,12 @@ inline bool shared_race_rules_on() {
 /// numbers a GPU would give. On a GPU, blocks are in flight together anyway: it does nothing.
 class BlocksInFlight {
  public:
-  explicit BlocksInFlight([[maybe_unused]] int blocks) {
+  /// `shake_seed`, if not 0, seeds the shuffled orders (another seed, other orders).
+  explicit BlocksInFlight([[maybe_unused]] int blocks, [[maybe_unused]] unsigned shake_seed = 0) {
 #if FA_CPU_BACKEND
     fa_cpu::options().blocks_at_once = blocks;
     fa_cpu::options().racecheck = false;
+    if (shake_seed != 0) fa_cpu::options().shake_seed = shake_seed;
 #endif
   }
 #if FA_CPU_BACKEND

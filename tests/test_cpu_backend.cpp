@@ -1,6 +1,7 @@
 // The CPU backend itself: barrier semantics, every shuffle kind, votes, dynamic shared
 // memory, launch checks, the Hopper emulation, and the failures it must report instead of
 // hanging.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <regex>
@@ -247,6 +248,25 @@ TEST_CASE("a bulk reduction adds shared memory as it is when its group is retire
   REQUIRE(k::bulk_reduce(true) == want);
   REQUIRE_THROWS_WITH(k::bulk_reduce_misaligned(), HasSubstring("multiples of 16 bytes"));
   REQUIRE_THROWS_WITH(k::bulk_reduce_never_waited(), HasSubstring("never waited for"));
+}
+
+TEST_CASE("flags between blocks: a wait ends when another block in flight releases it", "[cpu_backend][hopper]") {
+  ShakeGuard guard;
+  // One block at a time: in grid order, each finds its turn already come.
+  fa_cpu::options() = fa_cpu::Options{};
+  std::vector<int> in_order(12);
+  for (int i = 0; i < 12; ++i) in_order[static_cast<size_t>(i)] = i;
+  REQUIRE(k::flag_chain(12) == in_order);
+  // Four in flight, started in a shuffled order: a block waits while the others run, and the
+  // turns still go by ticket, which is the order the blocks started in.
+  fa_cpu::options().blocks_at_once = 4;
+  const std::vector<int> shuffled = k::flag_chain(12);
+  REQUIRE(shuffled != in_order);
+  REQUIRE(std::is_permutation(shuffled.begin(), shuffled.end(), in_order.begin()));
+  // A turn never passed on: the blocks after it wait for ever, which is reported.
+  REQUIRE_THROWS_WITH(k::flag_chain(12, 5), HasSubstring("deadlock") && HasSubstring("(it reads 5)"));
+  fa_cpu::options().blocks_at_once = 1;
+  REQUIRE_THROWS_WITH(k::flag_chain(12, 5), HasSubstring("deadlock") && HasSubstring("(it reads 5)"));
 }
 
 // The race detector: CUDA's ordering rules, not the fiber schedule's. (Absent from the

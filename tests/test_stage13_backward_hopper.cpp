@@ -154,7 +154,40 @@ TEST_CASE("stage 13: every variant matches the reference", "[stage13][variants]"
   CHECK(variants.size() == std::tuple_size_v<fa::hopper_backward::Variants>);
   fa::test::check_backward_variants(variants, 1700, run_and_check);
   REQUIRE_THROWS_WITH(fa::find_variant(variants, "nope", "13_backward_hopper"),
-                      fa::test::HasSubstring("tuned, atomics, bulk"));
+                      fa::test::HasSubstring("tuned, atomics, bulk, deterministic"));
+}
+
+// The deterministic mode: blocks add to each Q tile's dQ in the order of their K/V tiles, so dQ
+// has the same bits however the blocks are scheduled. On the CPU backend each run takes
+// another shuffled order of four blocks in flight, and the finished kernel's dQ (additions in
+// whatever order the blocks reach them) is shown to differ between two of those orders, so the
+// comparison could fail. On a GPU the runs are repeated as they come. d = 64 adds by atomics,
+// d = 128 by bulk reductions; causal and not; strided inputs.
+TEST_CASE("stage 13: the deterministic mode's dQ has the same bits whatever the block order", "[stage13]") {
+  const bool cpu = fa::is_cpu_backend();
+  for (int64_t d : kDims) {
+    for (bool causal : {false, true}) {
+      const fa::AttentionProblem p = cpu ? problem(1, 2, 130, 700, d, causal, fa::DType::F16)
+                                         : problem(2, 8, 1000, 4000, d, causal, fa::DType::F16);
+      INFO(fa::describe(p));
+      const auto run = [&](unsigned order, const fa::test::Backward16& backward) {
+        fa::test::BlocksInFlight shake(4, order);
+        const fa::test::BackwardRun r = run_and_check(p, 11, 1.0f, backward);
+        require_passed(p, r.check);
+        return r.got;
+      };
+      const fa::test::Backward16 deterministic =
+          fa::test::strided_backward("padded", fa::hopper_backward::attention_backward_deterministic);
+      const fa::AttentionGradients<float> first = run(1, deterministic);
+      for (unsigned order : {2u, 3u}) {
+        const fa::AttentionGradients<float> again = run(order, deterministic);
+        REQUIRE(again.dq == first.dq);
+        REQUIRE(again.dk == first.dk);
+        REQUIRE(again.dv == first.dv);
+      }
+      if (cpu && !causal) CHECK(run(1, fa::hopper_backward::attention_backward).dq != run(2, fa::hopper_backward::attention_backward).dq);
+    }
+  }
 }
 
 // The layouts the Python module hands a backward stage (fa::test::check_strided_backward).

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <sstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -633,6 +634,23 @@ void bulk_wait(int n) {
     }
     mine.committed.pop_front();
   }
+}
+
+void flag_wait(const int* flag, int value, const char* file, int line) {
+  block_until([flag, value] { return __atomic_load_n(flag, __ATOMIC_ACQUIRE) == value; },
+              [flag, value] {
+                std::ostringstream s;
+                s << "the flag at " << static_cast<const void*>(flag) << " to read " << value << " (it reads "
+                  << __atomic_load_n(flag, __ATOMIC_ACQUIRE) << ")";
+                return s.str();
+              },
+              file, line);
+}
+
+void flag_release(int* flag, int value) {
+  // Every addition of this emulation is done by the time its call returns (a bulk
+  // reduction's at its wait), so a release store orders them all before the flag.
+  __atomic_store_n(flag, value, __ATOMIC_RELEASE);
 }
 
 std::string hopper_thread_exits(int thread) {

@@ -520,8 +520,11 @@ void start_block(Block& b, uint3 idx, bool interleaved) {
 }
 
 // One round over the installed block `b`: each thread that can go on runs to its next
-// wait. A deadlock or a fault throws KernelFault; when the last thread ends, so does a race.
-void step_block(Block& b, const std::vector<int>& order) {
+// wait. Returns whether any thread ran or a barrier completed. A fault throws KernelFault;
+// when the last thread ends, so does a race. A round with no progress is a deadlock when
+// the block runs alone (`alone`); with blocks in flight together the caller decides, since
+// another block may release what this one waits for (a flag in global memory).
+bool step_block(Block& b, const std::vector<int>& order, bool alone) {
   bool progressed = false;
   for (int i : order) {
     Thread& t = b.threads[static_cast<std::size_t>(i)];
@@ -560,11 +563,15 @@ void step_block(Block& b, const std::vector<int>& order) {
     }
     try_release_barrier(b);
   }
-  if (b.live > 0 && !progressed && !try_release_barrier(b)) report_deadlock(b);
+  if (b.live > 0 && !progressed && !try_release_barrier(b)) {
+    if (alone) report_deadlock(b);
+    return false;
+  }
   if (b.live == 0) {
     b.busy = false;
     if (race::pending()) fault(b, race::take_report());
   }
+  return true;
 }
 
 // The grid's blocks, each exactly once: in order, or (shuffled) as i -> (a·i + o) mod n
@@ -808,11 +815,23 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
       }
       if (!any) break;
       if (interleaved) std::shuffle(turns.begin(), turns.end(), shake_rng());
+      bool progressed = false;
+      Block* stuck = nullptr;
       for (std::size_t s : turns) {
         Block& b = slots[s];
         if (!b.busy) continue;
         install(b, interleaved);
-        step_block(b, order);
+        if (step_block(b, order, !interleaved)) {
+          progressed = true;
+        } else if (!stuck) {
+          stuck = &b;
+        }
+      }
+      // Blocks in flight together: a deadlock only when none of them could go on in a whole
+      // round (a block not yet started cannot help: it starts only when one in flight ends).
+      if (!progressed && stuck) {
+        install(*stuck, interleaved);
+        report_deadlock(*stuck);
       }
     }
   } catch (...) {

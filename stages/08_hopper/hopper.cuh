@@ -234,6 +234,33 @@ __device__ __forceinline__ void bulk_wait() {
 #endif
 }
 
+// ---- flags between blocks --------------------------------------------------------------
+
+/// Waits until the int at `flag` (global memory) reads `value`, loading it with acquire
+/// semantics at GPU scope: what the block that stored it did before its release is visible
+/// after. One thread waits; a barrier then lets the others of its group go on.
+__device__ __forceinline__ void flag_wait(const int* flag, int value) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::flag_wait(flag, value, __FILE__, __LINE__);
+#else
+  int now;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(flag) : "memory");
+  } while (now != value);
+#endif
+}
+
+/// Stores `value` to `flag` with release semantics at GPU scope: after it, a flag_wait() that
+/// reads it sees everything this thread wrote or added before, and what its block wrote
+/// before a barrier this thread passed.
+__device__ __forceinline__ void flag_release(int* flag, int value) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::flag_release(flag, value);
+#else
+  asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+#endif
+}
+
 // ---- named barriers --------------------------------------------------------------------
 
 /// Waits at hardware barrier `id` (1-15; 0 is __syncthreads) until `threads` threads have

@@ -103,21 +103,37 @@ struct Smem {
   static constexpr int DQ_BYTES = DQ == DqAdd::bulk ? Br * D * 4 : 0;
   static constexpr int dq = ds + 2 * DS_BYTES;      ///< two dQ tiles (bulk only)
   static constexpr int bars = dq + 2 * DQ_BYTES;    ///< kv_full, q_full[QB], q_empty[QB]
-  static constexpr int bytes = bars + 8 * (1 + 2 * QB) + 1024;  ///< + slack to align the base
+  static constexpr int ticket = bars + 8 * (1 + 2 * QB);  ///< the block's ticket (deterministic only)
+  static constexpr int bytes = ticket + (S::deterministic ? 16 : 0) + 1024;  ///< + slack to align the base
 };
+
+/**
+ * The deterministic mode's flags (tuning.h's `deterministic`), after stage 11's workspace:
+ * [0] the next ticket; then for each head and Q tile two ints, one for each half of d (the
+ * atomics: each consumer adds its own half) or the first for the whole tile (the bulk
+ * reduction). A flag holds the K/V tile whose turn it is to add to that part of dQ.
+ */
+namespace {
+int64_t flag_count(const AttentionProblem& p) { return 1 + p.batch_heads() * ((p.seq_q + Br - 1) / Br) * 2; }
+}  // namespace
 
 /**
  * Kernel 2: one block per (K/V tile j, batch·head), flattened into blockIdx.x with the K/V
  * tiles of a head together (under the causal mask the first, which see the most Q tiles,
  * start first). The tensor maps describe Q, K, V and dO as [B][H][N][D], each with its own
  * strides. lse2 and Dvec are kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
+ *
+ * Deterministic (S::deterministic): a block takes its (K/V tile, batch·head) from a ticket,
+ * flags[0], in the order blocks start, and adds to Q tile i's dQ only when the tile's flag
+ * says K/V tile j's turn has come, after tiles 0 .. j−1 have added theirs. A block waits only
+ * for blocks that took earlier tickets, which have started, so the waits always end.
  */
 template <typename T, int D, class S>
 __global__ void __launch_bounds__(THREADS, 1)
     backward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                     const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
-                    const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int heads, int seq_q,
-                    int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal) {
+                    const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int* flags, int heads,
+                    int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal) {
   using L = Smem<D, S>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -125,12 +141,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   uint64_t* q_full = kv_full + 1;    // [QB]
   uint64_t* q_empty = q_full + QB;   // [QB]
 
-  const int kv_tiles = (seq_kv + Bc - 1) / Bc;
-  const int bh = blockIdx.x / kv_tiles;
-  const int j0 = blockIdx.x % kv_tiles * Bc;
-  // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
-  // that holds query j0, the first that sees a key of this tile.
-  const int i_start = causal ? j0 / Br * Br : 0;
+  int* ticket = reinterpret_cast<int*>(smem + L::ticket);  // deterministic only
 
   if (threadIdx.x == 0) {
     mbarrier_init(kv_full, 1);
@@ -139,8 +150,17 @@ __global__ void __launch_bounds__(THREADS, 1)
       mbarrier_init(&q_empty[b], CONSUMERS * WG);  // every consumer thread arrives
     }
     mbarrier_init_fence();
+    if constexpr (S::deterministic) *ticket = atomicAdd(flags, 1);
   }
   __syncthreads();
+
+  const int tile = S::deterministic ? *ticket : static_cast<int>(blockIdx.x);
+  const int kv_tiles = (seq_kv + Bc - 1) / Bc;
+  const int bh = tile / kv_tiles;
+  const int j0 = tile % kv_tiles * Bc;
+  // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
+  // that holds query j0, the first that sees a key of this tile.
+  const int i_start = causal ? j0 / Br * Br : 0;
 
   const int wg = threadIdx.x / WG;
   if (wg == 0) {  // ---------------- the producer ----------------
@@ -320,16 +340,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     mbarrier_arrive(&q_empty[buf]);  // this thread is done with Q_i and dO_i
 
     // dQacc_i += the tile's dQ (scale is applied by kernel 3): every K/V tile of the head adds
-    // to the same rows, from other blocks, so the additions are atomic.
+    // to the same rows, from other blocks, so the additions are atomic. Deterministic: in the
+    // order of the K/V tiles, K/V tile j when the flag of this part of dQ_i reads j.
     const int q_valid = seq_q - i0 < Br ? seq_q - i0 : Br;  // rows of the tile inside the head
+    // Deterministic: the flags of this Q tile's two halves of d, and this K/V tile's turn.
+    const auto flag = [&](int half) {
+      return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
+    };
+    const int turn = j0 / Bc;
     if constexpr (L::DQ == DqAdd::bulk) {
       // Both halves into shared memory as dQacc lays the rows out, then one thread adds the
       // tile's rows with one bulk reduction. Buffer n % 2: its reduction two tiles ago has
       // read it, since the adding thread waits for that before this tile's first barrier.
-      float* tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
+      float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float* row = tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
+        float* row = dq_tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
 #pragma unroll
         for (int nc = 0; nc < D / 16; ++nc) {
           *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
@@ -338,12 +364,24 @@ __global__ void __launch_bounds__(THREADS, 1)
       fence_proxy_async();  // the copy engine reads what these stores wrote
       named_barrier_sync(2, CONSUMERS * WG);
       if (threadIdx.x == WG) {
-        bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, tile, static_cast<uint32_t>(q_valid * D * 4));
+        if constexpr (S::deterministic) flag_wait(flag(0), turn);
+        bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
         bulk_commit();
-        bulk_wait_read<1>();  // the tile before's reduction has read its buffer
+        if constexpr (S::deterministic) {
+          bulk_wait<0>();                   // the additions are done ...
+          flag_release(flag(0), turn + 1);  // ... before the next K/V tile's turn
+        } else {
+          bulk_wait_read<1>();  // the tile before's reduction has read its buffer
+        }
       }
     } else {
       // Each thread adds its accumulators: fp32 atomics in L2, two neighbouring floats each.
+      // Deterministic: one thread of the warpgroup waits for the turn of its half of d, a
+      // barrier of the warpgroup lets the others add, and after a second one it passes the turn on.
+      if constexpr (S::deterministic) {
+        if (threadIdx.x % WG == 0) flag_wait(flag(w), turn);
+        named_barrier_sync(3 + w, WG);
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int q = 16 * warp + g + 8 * r;
@@ -354,6 +392,10 @@ __global__ void __launch_bounds__(THREADS, 1)
           const float add[2] = {dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]};
           dev::atomic_add_vec<2, true>(row + 8 * nc, add);
         }
+      }
+      if constexpr (S::deterministic) {
+        named_barrier_sync(3 + w, WG);
+        if (threadIdx.x % WG == 0) flag_release(flag(w), turn + 1);
       }
     }
   }
@@ -393,12 +435,14 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
 
   const Workspace ws = tc_backward::split_workspace(p, workspace);
   tc_backward::prepare(p, t, layout, ws, "stage 13");
+  int* flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + tc_backward::workspace_bytes(p));
+  if constexpr (S::deterministic) FA_CUDA_CHECK(cudaMemsetAsync(flags, 0, flag_count(p) * sizeof(int)));
 
   const int smem = Smem<D, S>::bytes;
   FA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
       tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
-      static_cast<int>(p.heads), static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
+      S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
       static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("backward_kernel");
 
@@ -438,7 +482,7 @@ std::size_t shared_bytes(int64_t d) {
 
 std::size_t workspace_bytes(const AttentionProblem& p) {
   shared_bytes(p.dim);  // refuses another head dim, before anything is allocated
-  return tc_backward::workspace_bytes(p);
+  return tc_backward::workspace_bytes(p) + static_cast<std::size_t>(flag_count(p) * sizeof(int) + 15) / 16 * 16;
 }
 
 double hbm_bytes_model(const AttentionProblem& p) { return tc_backward::hbm_bytes_model_for(p, Bc); }
@@ -455,6 +499,15 @@ void attention_backward(const AttentionProblem& p, const Tensors& t, void* works
   // Parenthesised: no argument-dependent lookup, which would also find stage 11's function of
   // the same name (Tensors is tc_backward's).
   (attention_backward_strided)(p, t, workspace, Layout::contiguous(p));
+}
+
+void attention_backward_deterministic(const AttentionProblem& p, const Tensors& t, void* workspace,
+                                      const Layout& layout) {
+  tc::with_mma_type(p.dtype, "stage 13", [&](auto type) {
+    using T = decltype(type);
+    require_runnable(p);
+    (p.dim == 64 ? launch<T, 64, Deterministic> : launch<T, 128, Deterministic>)(p, t, workspace, layout);
+  });
 }
 
 // The variants of tuning.h, for --variant and the tests (a planted copy of this file leaves

@@ -32,7 +32,8 @@ std::string unavailable_reason();
 std::size_t shared_bytes(int64_t d);
 
 /// Device bytes the backward pass needs beyond its inputs and gradients: each query row's
-/// D and log-sum-exp (padded to whole Q tiles), and dQ's fp32 accumulator (as stage 11).
+/// D and log-sum-exp (padded to whole Q tiles) and dQ's fp32 accumulator (stage 11's), then
+/// the deterministic mode's flags (two ints a Q tile).
 /// \throws InputError for a head dimension other than 64 and 128.
 std::size_t workspace_bytes(const AttentionProblem& p);
 
@@ -42,8 +43,8 @@ std::size_t workspace_bytes(const AttentionProblem& p);
  * batch·head) whose producer warpgroup copies K_j, V_j once and Q_i, dO_i tile after tile by
  * TMA, and whose two consumer warpgroups run the five products of each tile pair as wgmma,
  * keep dK_j and dV_j in registers and add their share of dQ_i into the accumulator with
- * atomics; then one kernel that rounds dQ to p.dtype. Causal is top-left; tiles above the
- * diagonal are skipped.
+ * atomics (d = 64) or bulk reductions (d = 128); then one kernel that rounds dQ to p.dtype.
+ * Causal is top-left; tiles above the diagonal are skipped.
  * \param p the problem (fp16 or bf16); \param t the tensors, contiguous;
  * \param workspace workspace_bytes(p) bytes of device memory, 16-byte aligned.
  * \throws InputError for fp32 or another head dimension; NoGpuError on a GPU that is not a Hopper.
@@ -57,6 +58,15 @@ void attention_backward(const AttentionProblem& p, const Tensors& t, void* works
  * \throws InputError for strides TMA cannot follow, and as above.
  */
 void attention_backward_strided(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout);
+
+/**
+ * attention_backward_strided() with dQ's additions in a fixed order: each Q tile's, K/V tile
+ * by K/V tile, a block adding only when a flag in the workspace says its turn has come. dQ
+ * is then the same bit for bit on every run, at a cost (LOG.md). (dK and dV are the same on
+ * every run in both modes: each block sums its own keys' in a fixed order.)
+ */
+void attention_backward_deterministic(const AttentionProblem& p, const Tensors& t, void* workspace,
+                                      const Layout& layout);
 
 /// HBM bytes one backward pass moves according to the IO model (as stage 11's, with Bc
 /// keys a block).

@@ -8,7 +8,8 @@
  * header knows only the finished kernel; this file is for the kernel file, the tests (which
  * run every variant) and `--variant`:
  *
- *     stage13_backward_hopper --variant atomics    # dQ by fp32 atomics from every thread, at d = 128 too
+ *     stage13_backward_hopper --variant atomics        # dQ by fp32 atomics from every thread, at d = 128 too
+ *     stage13_backward_hopper --variant deterministic  # dQ's additions in a fixed order
  */
 #pragma once
 
@@ -35,6 +36,9 @@ struct Tuned {
   static constexpr DqAdd dq_d64 = DqAdd::atomics;
   /// dQ's parts at d = 128: one bulk reduction a tile, 9-13% faster than atomics (LOG.md).
   static constexpr DqAdd dq_d128 = DqAdd::bulk;
+  /// dQ's additions in any order (blocks add as they finish a tile): dQ's last bits vary from
+  /// run to run. The deterministic variant orders them, at a cost LOG.md measures.
+  static constexpr bool deterministic = false;
 };
 
 /// The variant `Atomics` (see its summary).
@@ -53,8 +57,17 @@ struct Bulk : Tuned {
   static constexpr DqAdd dq_d64 = DqAdd::bulk;  ///< the change
 };
 
+/// The variant `Deterministic` (see its summary): the same kernel with dQ reproducible bit
+/// for bit, which attention_backward(..., deterministic = true) runs.
+struct Deterministic : Tuned {
+  static constexpr const char* name = "deterministic";  ///< --variant deterministic
+  /// For --help.
+  static constexpr const char* summary =
+      "dQ's additions in a fixed order (K/V tile by K/V tile, a flag per Q tile): the same bits every run";
+  static constexpr bool deterministic = true;  ///< the change
+};
 /// Every variant, in LOG.md's order, the finished kernel first.
-using Variants = std::tuple<Tuned, Atomics, Bulk>;
+using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic>;
 
 /// The variants as the demo runs them (`--variant NAME`).
 std::vector<Variant<BackwardStageRun>> variants();

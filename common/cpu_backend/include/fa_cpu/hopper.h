@@ -93,6 +93,14 @@ void bulk_commit();
 /// cp.async.bulk.wait_group[.read] n: retires this thread's committed groups but the n newest.
 void bulk_wait(int n);
 
+/// ld.acquire.gpu.b32 in a loop until it reads `value`: the thread waits (the block's other
+/// threads, and other blocks in flight, run meanwhile) until another block's flag_release()
+/// stores that value. A value no block will store is reported as a deadlock.
+void flag_wait(const int* flag, int value, const char* file, int line);
+/// fence.acq_rel.gpu then st.relaxed.gpu.b32 (a release): `value` to `flag`, after all that
+/// this thread wrote and added before, and all that it saw its block write (a barrier).
+void flag_release(int* flag, int value);
+
 /// setmaxnreg.{inc,dec}.sync.aligned.u32 regs: checked (24-256, a multiple of 8, the
 /// same in the whole warpgroup); registers are not modelled.
 void setmaxnreg(int regs, const char* file, int line);
