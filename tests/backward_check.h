@@ -12,6 +12,7 @@
 #include <array>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/backward_demo.h"
@@ -39,13 +40,20 @@ struct BackwardRun {
   GradientCheck check;            ///< against the reference, every head
 };
 
+/// What a backward pass was given (the inputs and dO, as floats) and what it wrote.
+struct BackwardOutputs {
+  AttentionInputs in;             ///< Q, K, V
+  std::vector<float> d_o;         ///< dO
+  AttentionGradients<float> got;  ///< dQ, dK, dV
+};
+
 /// One backward pass on fresh inputs (seeded, rounded to p.dtype, entries in ±magnitude),
-/// `workspace` bytes of poisoned workspace, every gradient element of every head checked.
+/// with dQ, dK, dV and `workspace` bytes of workspace poisoned before it; nothing checked.
 /// With `forward` O and lse come from it, else from the float64 reference (O rounded to
 /// p.dtype). A non-zero `logit`: every logit moved to about that value (fa::shift_logits).
-inline BackwardRun run_backward_check(const AttentionProblem& p, uint64_t seed, const Backward16& backward,
-                                      std::size_t workspace, float magnitude = 1.0f, const Forward16& forward = {},
-                                      double logit = 0.0) {
+inline BackwardOutputs run_backward(const AttentionProblem& p, uint64_t seed, const Backward16& backward,
+                                    std::size_t workspace, float magnitude = 1.0f, const Forward16& forward = {},
+                                    double logit = 0.0) {
   AttentionInputs in = random_inputs(p, seed, magnitude);
   if (logit != 0.0) shift_logits(in, p.dim, p.scale, p.dtype, logit);
   std::vector<float> d_o = random_output_gradient(p, seed);
@@ -73,10 +81,20 @@ inline BackwardRun run_backward_check(const AttentionProblem& p, uint64_t seed, 
                dk.data(), dv.data()},
            ws.data());
   FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {std::move(in), std::move(d_o),
+          {download_as_float(dq.data(), q_n, p.dtype), download_as_float(dk.data(), kv_n, p.dtype),
+           download_as_float(dv.data(), kv_n, p.dtype)}};
+}
+
+/// run_backward(), then every gradient element of every head checked against the float64
+/// reference.
+inline BackwardRun run_backward_check(const AttentionProblem& p, uint64_t seed, const Backward16& backward,
+                                      std::size_t workspace, float magnitude = 1.0f, const Forward16& forward = {},
+                                      double logit = 0.0) {
+  BackwardOutputs out = run_backward(p, seed, backward, workspace, magnitude, forward, logit);
   BackwardRun r;
-  r.got = {download_as_float(dq.data(), q_n, p.dtype), download_as_float(dk.data(), kv_n, p.dtype),
-           download_as_float(dv.data(), kv_n, p.dtype)};
-  r.check = check_attention_backward(p, in, d_o, r.got, sample_indices(p.batch_heads(), p.batch_heads()));
+  r.check = check_attention_backward(p, out.in, out.d_o, out.got, sample_indices(p.batch_heads(), p.batch_heads()));
+  r.got = std::move(out.got);
   return r;
 }
 

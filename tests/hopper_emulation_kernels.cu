@@ -120,6 +120,13 @@ __global__ void misuse_kernel(int which, const __grid_constant__ CUtensorMap map
       }
       wgmma_wait<0>();
       break;
+    case 6:  // one lane of warp 0 syncs at barrier 1 while its other lanes and warp 1 arrive
+      if (threadIdx.x == 0) {
+        named_barrier_sync(1, 64);
+      } else if (threadIdx.x < 64) {
+        named_barrier_arrive(1, 64);
+      }
+      break;
     default:  // a product over a tile whose copy nobody waited for
       if (threadIdx.x == 0) {
         mbarrier_arrive_expect_tx(bar, kTile);
@@ -201,6 +208,7 @@ void named_barrier_disagreement() { misuse(2); }
 void warpgroup_split() { misuse(3); }
 void copy_over_product_in_flight() { misuse(4); }
 void product_before_copy_lands() { misuse(5); }
+void named_barrier_split_warp() { misuse(6); }
 
 std::vector<float> bulk_reduce(bool write_before_wait) {
   std::vector<float> all = run_bulk_reduce(0, write_before_wait, true);

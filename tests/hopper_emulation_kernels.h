@@ -27,6 +27,7 @@ void named_barrier_disagreement();   ///< bar.sync 1 with 64 threads and with 96
 void warpgroup_split();              ///< half a warpgroup in wgmma.fence, half in commit: must fault
 void copy_over_product_in_flight();  ///< a TMA copy into what a running wgmma reads: must fault
 void product_before_copy_lands();    ///< a wgmma reading a TMA destination nobody waited for: must fault
+void named_barrier_split_warp();     ///< lanes of one warp at one named barrier, some bar.sync, some bar.arrive: must fault
 
 /// 64 floats 0, 1, ..., 63 in shared memory added into 64 floats of 0.5 by one bulk reduction
 /// (cp.reduce.async.bulk .add.f32); if `write_before_wait`, the thread then writes 1000 into

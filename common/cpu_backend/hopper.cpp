@@ -53,6 +53,8 @@ struct Landing {
 struct NamedBarrier {
   int arrived = 0, expected = 0;
   unsigned generation = 0;
+  /// What each warp's lanes executed at this generation: 0 nothing yet, 1 bar.sync, 2 bar.arrive.
+  std::vector<unsigned char> warp_op;
 };
 
 // Shared bytes [lo, hi) that an operand reads.
@@ -418,10 +420,25 @@ void named_barrier(int id, int threads, bool wait, const char* file, int line) {
                              " is counting to " + std::to_string(nb.expected) + ", this thread says " +
                              std::to_string(threads));
   }
+  // A barrier instruction marks its warp's arrival (PTX ISA, barrier): the lanes of a warp
+  // must all execute the same one. A warp split between bar.sync and bar.arrive at one barrier
+  // would count as a whole warp at the first, and on a GPU the barrier completes without the
+  // others, or never.
+  nb.warp_op.resize(static_cast<std::size_t>((block_threads() + 31) / 32));
+  unsigned char& mine = nb.warp_op[static_cast<std::size_t>(current_thread() / 32)];
+  const unsigned char kind = wait ? 1 : 2;
+  if (mine != 0 && mine != kind) {
+    throw std::runtime_error(std::string(op) + " at " + where(file, line) + ": lanes of warp " +
+                             std::to_string(current_thread() / 32) + " execute both bar.sync and bar.arrive at barrier " +
+                             std::to_string(id) + "; a barrier instruction marks a whole warp's arrival, so a warp's "
+                             "lanes must all execute the same one");
+  }
+  mine = kind;
   nb.expected = threads;
   if (++nb.arrived == threads) {
     nb.arrived = 0;
     ++nb.generation;
+    std::fill(nb.warp_op.begin(), nb.warp_op.end(), 0);
     return;
   }
   if (!wait) return;

@@ -27,7 +27,9 @@
  *             wait for all three; hand buffer i % 2 back
  *             dQacc_i += dQ_i: d = 128, the halves → shared memory (fp32), a named barrier, and
  *             one thread adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32);
- *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured)
+ *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured);
+ *             deterministic (--variant deterministic): only when Q tile i's flag says it is
+ *             K/V tile j's turn, then the turn passed on (the Q tiles taken from the last down)
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -107,13 +109,13 @@ struct Smem {
   static constexpr int bytes = ticket + (S::deterministic ? 16 : 0) + 1024;  ///< + slack to align the base
 };
 
+namespace {
 /**
  * The deterministic mode's flags (tuning.h's `deterministic`), after stage 11's workspace:
  * [0] the next ticket; then for each head and Q tile two ints, one for each half of d (the
  * atomics: each consumer adds its own half) or the first for the whole tile (the bulk
  * reduction). A flag holds the K/V tile whose turn it is to add to that part of dQ.
  */
-namespace {
 int64_t flag_count(const AttentionProblem& p) { return 1 + p.batch_heads() * ((p.seq_q + Br - 1) / Br) * 2; }
 }  // namespace
 
@@ -159,8 +161,13 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int bh = tile / kv_tiles;
   const int j0 = tile % kv_tiles * Bc;
   // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
-  // that holds query j0, the first that sees a key of this tile.
+  // that holds query j0, the first that sees a key of this tile. Deterministic, it runs the
+  // other way, from the last Q tile down: then every block reaches a Q tile after as many
+  // tiles as the others, so each waits little for its turn (up, the first K/V tiles, which see
+  // the most Q tiles, would reach each tile last and hold up the rest).
   const int i_start = causal ? j0 / Br * Br : 0;
+  const int q_tiles = seq_q > i_start ? (seq_q - i_start + Br - 1) / Br : 0;  // the loop's Q tiles
+  const auto tile_row = [&](int n) { return i_start + (S::deterministic ? q_tiles - 1 - n : n) * Br; };
 
   const int wg = threadIdx.x / WG;
   if (wg == 0) {  // ---------------- the producer ----------------
@@ -172,8 +179,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         tma_load_4d(smem + L::k + c * Bc * 128, &tk, kv_full, 64 * c, j0, h, b);
         tma_load_4d(smem + L::v + c * Bc * 128, &tv, kv_full, 64 * c, j0, h, b);
       }
-      int n = 0;  // Q tiles copied so far: buffer n % QB, in its round n / QB
-      for (int i0 = i_start; i0 < seq_q; i0 += Br, ++n) {
+      for (int n = 0; n < q_tiles; ++n) {  // Q tile n of the loop: buffer n % QB, in its round n / QB
+        const int i0 = tile_row(n);
         const int buf = n % QB;
         mbarrier_wait(&q_empty[buf], ((n / QB) & 1) ^ 1);  // the consumers are done with it (round 0: free)
         mbarrier_arrive_expect_tx(&q_full[buf], 2 * L::Q_BYTES);
@@ -231,8 +238,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     wgmma_commit();
   };
 
-  int n = 0;
-  for (int i0 = i_start; i0 < seq_q; i0 += Br, ++n) {  // ---- the only loop: Q tiles ----
+  for (int n = 0; n < q_tiles; ++n) {  // ---- the only loop: Q tiles ----
+    const int i0 = tile_row(n);
     const int buf = n % QB;
     const uint8_t* Qs = smem + L::q + buf * L::Q_BYTES;
     const uint8_t* dOs = smem + L::d_o + buf * L::Q_BYTES;
@@ -394,8 +401,15 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
       }
       if constexpr (S::deterministic) {
-        named_barrier_sync(3 + w, WG);
-        if (threadIdx.x % WG == 0) flag_release(flag(w), turn + 1);
+        // Warp 0 waits for the others' additions and its first thread passes the turn on;
+        // warps 1-3 go on at once. (A barrier instruction counts whole warps: the lanes of a
+        // warp must all sync or all arrive.)
+        if (warp == 0) {
+          named_barrier_sync(3 + w, WG);
+          if (lane == 0) flag_release(flag(w), turn + 1);
+        } else {
+          named_barrier_arrive(3 + w, WG);
+        }
       }
     }
   }
