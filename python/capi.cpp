@@ -5,6 +5,7 @@
 // for bad input, 2 for anything else, and fa_stages_error() says what went wrong.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -116,19 +117,39 @@ class OnStream {
 #endif
 };
 
+// Whether stage 13 runs here: a Hopper GPU, or the CPU backend.
+bool stage13_runs_here() {
+#if FA_HAVE_STAGE08
+  return fa::hopper_backward::unavailable_reason().empty();
+#else
+  return false;
+#endif
+}
+
 // The backward stage that `stage` names: "10", "11" or "13" as given; "auto" the fastest for
 // the problem, as measured on the H100 (benchmarks/results): stage 10 for fp32; for fp16 and
 // bf16, stage 13 at d = 128 where it runs (a Hopper, or the CPU backend), else stage 11
-// (at d = 64 stage 11 is the faster on the H100).
-std::string backward_stage(const fa::AttentionProblem& p, const std::string& stage) {
-  if (stage == "10" || stage == "11" || stage == "13") return stage;
-  if (stage != "auto") {
+// (at d = 64 stage 11 is the faster on the H100). `deterministic`: dQ's additions in a fixed
+// order, which only stage 13 offers (stages 10 and 11 add by atomics in any order).
+std::string backward_stage(const fa::AttentionProblem& p, const std::string& stage, bool deterministic) {
+  if (stage != "auto" && stage != "10" && stage != "11" && stage != "13") {
     throw fa::InputError("no backward stage \"" + stage + "\": choose \"auto\", \"10\", \"11\" or \"13\"");
   }
+  if (deterministic) {
+    if (stage == "10" || stage == "11") {
+      throw fa::InputError("backward stage " + stage + " adds dQ by atomics in any order: it has no deterministic "
+                           "mode (stage 13 has)");
+    }
+    if (p.dtype == fa::DType::F32 || (p.dim != 64 && p.dim != 128) || !stage13_runs_here()) {
+      throw fa::InputError(std::string("no deterministic backward pass for ") + fa::dtype_name(p.dtype) + " at d = " +
+                           std::to_string(p.dim) + " here: only stage 13 (fp16 or bf16, d = 64 or 128, on a Hopper "
+                           "GPU or the CPU backend) adds dQ in a fixed order");
+    }
+    return "13";
+  }
+  if (stage != "auto") return stage;
   if (p.dtype == fa::DType::F32) return "10";
-#if FA_HAVE_STAGE08
-  if (p.dim == 128 && fa::hopper_backward::unavailable_reason().empty()) return "13";
-#endif
+  if (p.dim == 128 && stage13_runs_here()) return "13";
   return "11";
 }
 
@@ -303,44 +324,51 @@ FA_API int fa_stages_masked_forward(const void* plan, int dtype, int64_t b, int6
 }
 
 /// The backward stage that `stage` ("auto", "10", "11" or "13") runs for `dtype` at head dim
-/// `d` on device `device`, written into `name` (at most `size` bytes with the terminating zero).
-FA_API int fa_stages_backward_stage(const char* stage, int dtype, int64_t d, int device, char* name, int size) {
+/// `d` on device `device`, deterministic or not, written into `name` (at most `size` bytes
+/// with the terminating zero).
+FA_API int fa_stages_backward_stage(const char* stage, int deterministic, int dtype, int64_t d, int device, char* name,
+                                    int size) {
   return guarded([&] {
     select_device(device);
-    const std::string s = backward_stage(problem(dtype, 1, 1, 1, 1, d, 0.0, 0), stage);
+    const std::string s = backward_stage(problem(dtype, 1, 1, 1, 1, d, 0.0, 0), stage, deterministic != 0);
     std::snprintf(name, static_cast<std::size_t>(size), "%s", s.c_str());
   });
 }
 
-/// Device bytes of workspace the backward pass of `dtype` needs (stage 10 for fp32, stage 11
-/// or 13 for fp16 and bf16: stage 13 takes stage 11's workspace), into *bytes.
+/// Device bytes of workspace the backward pass of `dtype` needs, into *bytes: stage 10's for
+/// fp32; for fp16 and bf16 enough for stage 11 and for stage 13 (stage 11's workspace and the
+/// deterministic mode's flags), whichever runs.
 FA_API int fa_stages_backward_workspace(int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
                                         int causal, int64_t* bytes) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, 0.0, causal);
-    *bytes = static_cast<int64_t>(p.dtype == fa::DType::F32 ? fa::backward::workspace_bytes(p)
-                                                            : fa::tc_backward::workspace_bytes(p));
+    std::size_t n = p.dtype == fa::DType::F32 ? fa::backward::workspace_bytes(p) : fa::tc_backward::workspace_bytes(p);
+#if FA_HAVE_STAGE08
+    if (p.dtype != fa::DType::F32 && (d == 64 || d == 128)) n = std::max(n, fa::hopper_backward::workspace_bytes(p));
+#endif
+    *bytes = static_cast<int64_t>(n);
   });
 }
 
 /**
  * dQ, dK and dV by the backward stage `stage` ("auto", "10", "11" or "13"; backward_stage()
  * says which "auto" runs): stage 10 in fp32 on CUDA cores, stage 11 (tensor cores, mma.sync)
- * or stage 13 (Hopper: TMA and wgmma) in fp16 and bf16. Tensors [B, H, N, d] in `dtype`
+ * or stage 13 (Hopper: TMA and wgmma) in fp16 and bf16; `deterministic`: stage 13 with dQ's
+ * additions in a fixed order (refused where stage 13 does not run). Tensors [B, H, N, d] in `dtype`
  * (lse [B, H, Nq] in fp32), 16-byte aligned: q, k, v, the forward's o and lse, and d_o the
  * gradient of the loss with respect to o. dq, dk and dv are written contiguous. `strides`:
  * null for contiguous inputs, or 15 numbers, (batch, head, row) strides in elements of q, k,
  * v, o and d_o in turn, which stages 11 and 13 take (fp16 and bf16). Ordered on `stream` as
  * fa_stages_forward is.
  */
-FA_API int fa_stages_backward(const char* stage, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
+FA_API int fa_stages_backward(const char* stage, int deterministic, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
                               double scale, int causal, const void* q, const void* k, const void* v, const void* o,
                               const void* d_o, const float* lse, void* dq, void* dk, void* dv,
                               const int64_t* strides, void* workspace, int device, void* stream) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
     select_device(device);
-    const std::string s = backward_stage(p, stage);
+    const std::string s = backward_stage(p, stage, deterministic != 0);
     if (strides && s == "10") throw fa::InputError("stage 10 (fp32) reads contiguous tensors only: pass no strides");
     OnStream on(stream);
     if (s == "10") {
@@ -352,8 +380,9 @@ FA_API int fa_stages_backward(const char* stage, int dtype, int64_t b, int64_t h
                                                   layout_of(p, strides, 5));
     } else {
 #if FA_HAVE_STAGE08
-      fa::hopper_backward::attention_backward_strided(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace,
-                                                      layout_of(p, strides, 5));
+      (deterministic ? fa::hopper_backward::attention_backward_deterministic
+                     : fa::hopper_backward::attention_backward_strided)(p, {q, k, v, o, d_o, lse, dq, dk, dv},
+                                                                        workspace, layout_of(p, strides, 5));
 #else
       throw fa::NoGpuError("this build has no stage 13 (it needs nvcc 12 or newer)");
 #endif

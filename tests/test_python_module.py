@@ -11,6 +11,7 @@ Exit 0: passed; 1: failed; 77: skipped (no PyTorch, or no GPU for --device cuda)
 import argparse
 import math
 import sys
+import warnings
 
 try:
     import torch
@@ -64,11 +65,12 @@ def max_error(got, want):
     return (got.double() - want.double()).abs().max().item()
 
 
-def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None, backward_stage="auto"):
+def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None, backward_stage="auto",
+                deterministic=False):
     """attention() by `stage` and its gradients against float64 autograd; with a
     backward_stage other than "auto", forward() and then backward() by that stage."""
     what = "stage %s%s %s B%d H%d Nq%d Nkv%d d%d%s%s" % (
-        stage, "" if backward_stage == "auto" else " backward " + backward_stage,
+        stage, ("" if backward_stage == "auto" else " backward " + backward_stage) + (" deterministic" if deterministic else ""),
         str(dtype).replace("torch.", ""), b, h, nq, nkv, d, " causal" if causal else "",
         "" if scale is None else " scale %g" % scale)
     q, k, v, grad_o = inputs((b, h, nq, d), (b, h, nkv, d), dtype, device, seed)
@@ -80,7 +82,8 @@ def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None
     else:
         with torch.no_grad():
             o, lse = fa_stages.forward(q, k, v, causal=causal, scale=scale, stage=stage)
-            grads = fa_stages.backward(q, k, v, o, lse, grad_o, causal=causal, scale=scale, stage=backward_stage)
+            grads = fa_stages.backward(q, k, v, o, lse, grad_o, causal=causal, scale=scale, stage=backward_stage,
+                                       deterministic=deterministic)
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
     ref = reference(q64, k64, v64, causal, used_scale)
     ref.backward(grad_o.double())
@@ -120,6 +123,58 @@ def auto_backward(device):
                            (torch.bfloat16, 128, "13" if hopper else "11")):
         got = fa_stages.backward_stage(dtype, d, device)
         check(got == want, "backward_stage(%s, %d) is %s (%s)" % (str(dtype).split(".")[1], d, want, got))
+
+
+def deterministic_backward(device):
+    """backward(deterministic=True): stage 13's fixed order of dQ's additions, where stage 13
+    runs (else ValueError); and torch.use_deterministic_algorithms, which attention() follows."""
+    hopper = fa_stages._hopper_available(torch.device(device))
+    q, k, v, grad_o = inputs((1, 2, 70, 64), (1, 2, 300, 64), torch.bfloat16, device, 41, requires_grad=False)
+    o, lse = fa_stages.forward(q, k, v)
+    if not hopper:
+        expect_error(ValueError, "only stage 13", lambda: fa_stages.backward(q, k, v, o, lse, grad_o, deterministic=True),
+                     "deterministic without stage 13")
+        return
+    for d in (64, 128):
+        check_stage("08", torch.bfloat16, device, 1, 2, 70, 300, d, True, 50 + d, backward_stage="13",
+                    deterministic=True)
+        check(fa_stages.backward_stage(torch.bfloat16, d, device, deterministic=True) == "13",
+              "backward_stage(bfloat16, %d, deterministic=True) is 13" % d)
+    runs = [fa_stages.backward(q, k, v, o, lse, grad_o, deterministic=True) for _ in range(3)]
+    check(all(torch.equal(r[0], runs[0][0]) and torch.equal(r[1], runs[0][1]) for r in runs),
+          "deterministic: dQ and dK the same bits in three runs")
+    bwd = fa_stages.backward
+    expect_error(ValueError, "no deterministic mode", lambda: bwd(q, k, v, o, lse, grad_o, stage="11", deterministic=True),
+                 "deterministic by stage 11")
+    f = tuple(t.float() for t in (q, k, v))
+    o32, lse32 = fa_stages.forward(*f)
+    expect_error(ValueError, "no deterministic backward pass for fp32",
+                 lambda: bwd(*f, o32, lse32, grad_o.float(), deterministic=True), "deterministic in float32")
+    # torch.use_deterministic_algorithms: attention()'s gradients follow it.
+    try:
+        torch.use_deterministic_algorithms(True)
+        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+        asked, real = [], fa_stages.backward
+        fa_stages.backward = lambda *a, **kw: (asked.append(kw.get("deterministic")), real(*a, **kw))[1]
+        try:
+            fa_stages.attention(qg, kg, vg).backward(grad_o)
+        finally:
+            fa_stages.backward = real
+        want = fa_stages.backward(q, k, v, o, lse, grad_o, deterministic=True)
+        check(asked == [True] and torch.equal(qg.grad, want[0]),
+              "use_deterministic_algorithms: attention()'s backward pass is the deterministic mode (%s)" % asked)
+        fg = tuple(t.clone().requires_grad_(True) for t in f)
+        expect_error(RuntimeError, "use_deterministic_algorithms is on",
+                     lambda: fa_stages.attention(*fg).backward(grad_o.float()), "use_deterministic_algorithms, float32")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fg = tuple(t.clone().requires_grad_(True) for t in f)
+            fa_stages.attention(*fg).backward(grad_o.float())
+        check(fg[0].grad is not None and any("no deterministic backward pass" in str(w.message) for w in caught),
+              "use_deterministic_algorithms(warn_only=True), float32: a warning, and the gradients")
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def expect_error(kind, text, call, what):
@@ -346,6 +401,7 @@ def main():
             check_stage("08", torch.bfloat16, device, 1, 2, 70, 45, d, True, seed, backward_stage=backward_stage)
     check_stage("05", torch.float32, device, 1, 1, 20, 33, 64, False, seed + 4, backward_stage="10")
     auto_backward(device)
+    deterministic_backward(device)
     # Large-magnitude logits: scale 8 on unit inputs (logits of order 10²).
     check_stage("05", torch.float32, device, 1, 2, 40, 90, 64, False, seed + 3, scale=8.0)
     bad_inputs(device)

@@ -15,6 +15,7 @@ it is built.
 import ctypes
 import math
 import os
+import warnings
 
 import torch
 
@@ -67,12 +68,12 @@ class _Library:
             ctypes.c_double, ctypes.c_int] + [_ptr] * 7 + [ctypes.c_int, _ptr]
         lib.fa_stages_forward_workspace.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
             ctypes.c_int, ctypes.POINTER(_i64)]
-        lib.fa_stages_backward.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [
+        lib.fa_stages_backward.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int] + [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [
             _ptr] * 11 + [ctypes.c_int, _ptr]
         lib.fa_stages_backward_workspace.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-        lib.fa_stages_backward_stage.argtypes = [ctypes.c_char_p, ctypes.c_int, _i64, ctypes.c_int, ctypes.c_char_p,
-                                                 ctypes.c_int]
+        lib.fa_stages_backward_stage.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, _i64, ctypes.c_int,
+                                                 ctypes.c_char_p, ctypes.c_int]
         lib.fa_stages_mask_plan.argtypes = [_i64, _i64, ctypes.c_int, _i64, _i64, _ptr, _i64, _ptr, _i64, _i64,
                                             ctypes.c_int, ctypes.POINTER(_ptr), _ptr]
         lib.fa_stages_mask_plan_free.argtypes = [_ptr]
@@ -130,15 +131,16 @@ def device_name(device="cpu"):
     return name.value.decode()
 
 
-def backward_stage(dtype, head_dim, device="cpu"):
-    """The stage backward(stage="auto") runs, and attention()'s gradients come from, for
-    tensors of `dtype` with head dim `head_dim` on `device`: "10", "11" or "13"."""
+def backward_stage(dtype, head_dim, device="cpu", deterministic=False):
+    """The stage backward(stage="auto", deterministic=...) runs, and attention()'s gradients
+    come from, for tensors of `dtype` with head dim `head_dim` on `device`: "10", "11" or "13".
+    Raises ValueError where no stage runs it deterministically."""
     device = torch.device(device)
     if dtype not in _DTYPE_CODES:
         raise TypeError("fa_stages: %s; the stages take float32, float16 or bfloat16" % (dtype,))
     name = ctypes.create_string_buffer(8)
-    _library(device).call("fa_stages_backward_stage", b"auto", _DTYPE_CODES[dtype], int(head_dim),
-                          _device_index(device), name, 8)
+    _library(device).call("fa_stages_backward_stage", b"auto", int(bool(deterministic)), _DTYPE_CODES[dtype],
+                          int(head_dim), _device_index(device), name, 8)
     return name.value.decode()
 
 
@@ -291,12 +293,16 @@ def _forward(q, k, v, causal, scale, stage):
     return o, lse
 
 
-def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto"):
+def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", deterministic=False):
     """dQ, dK and dV in q's dtype. o and grad_o are taken in q's dtype, lse in float32.
 
     stage: "auto" runs stage 10 for float32 (CUDA cores); for float16 and bfloat16, stage 13
     (Hopper: TMA and wgmma) at d = 128 where it runs, else stage 11 (tensor cores, mma.sync),
     the faster at d = 64. "10", "11" or "13" runs that stage.
+
+    deterministic: dQ the same bit for bit on every run (its additions in a fixed order), which
+    only stage 13 does (float16 and bfloat16, d = 64 or 128, a Hopper GPU or the CPU
+    backend); elsewhere ValueError. dK and dV are the same on every run in any case.
     """
     if stage not in BACKWARD_STAGES:
         raise ValueError("fa_stages: no backward stage %r; choose \"auto\" or one of %s"
@@ -326,10 +332,37 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto"):
     else:  # stages 11 and 13 read them where they lie
         (q, k, v, o, grad_o), strides = _strided(q, k, v, o, grad_o)
     dq, dk, dv = (torch.empty(t.shape, dtype=dtype, device=q.device) for t in (q, k, v))
-    lib.check(lib.backward(stage.encode(), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+    lib.check(lib.backward(stage.encode(), int(bool(deterministic)), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(), v.data_ptr(),
                            o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
                            dv.data_ptr(), strides, workspace.data_ptr(), index, stream))
     return dq, dk, dv
+
+
+def _deterministic_wanted(q):
+    """Whether attention()'s backward pass runs deterministically: where
+    torch.use_deterministic_algorithms(True) is in force. Where no stage can (float32, or no
+    stage 13 here), that raises RuntimeError, or with warn_only=True warns, as PyTorch's own
+    operations do."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return False
+    key = (q.dtype, q.shape[-1], q.device.type, _device_index(q.device))
+    if key not in _deterministic_here:  # asked once, as _hopper_here
+        try:
+            backward_stage(q.dtype, q.shape[-1], q.device, deterministic=True)
+            _deterministic_here[key] = ""
+        except ValueError as e:
+            _deterministic_here[key] = str(e)
+    why = _deterministic_here[key]
+    if not why:
+        return True
+    message = "%s (torch.use_deterministic_algorithms is on)" % why
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message)
+        return False
+    raise RuntimeError(message)
+
+
+_deterministic_here = {}  # (dtype, d, device) -> "" where a deterministic backward runs, else why not
 
 
 class _Attention(torch.autograd.Function):
@@ -346,7 +379,8 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_o):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = backward(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale)
+        dq, dk, dv = backward(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale,
+                              deterministic=_deterministic_wanted(q))
         return dq, dk, dv, None, None, None
 
 
@@ -376,12 +410,12 @@ if CUSTOM_OPS:
 
     @torch.library.custom_op("fa_stages::backward", mutates_args=())
     def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                     grad_o: torch.Tensor, causal: bool,
-                     scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return backward(q, k, v, o, lse, grad_o, causal, scale or None)
+                     grad_o: torch.Tensor, causal: bool, scale: float,
+                     deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return backward(q, k, v, o, lse, grad_o, causal, scale or None, deterministic=deterministic)
 
     @_backward_op.register_fake
-    def _(q, k, v, o, lse, grad_o, causal, scale):  # contiguous, as backward() writes them
+    def _(q, k, v, o, lse, grad_o, causal, scale, deterministic):  # contiguous, as backward() writes them
         return tuple(t.new_empty(t.shape) for t in (q, k, v))
 
     def _setup_context(ctx, inputs, output):
@@ -391,7 +425,7 @@ if CUSTOM_OPS:
 
     def _backward_of_forward(ctx, grad_o, _grad_lse):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_op(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale)
+        dq, dk, dv = _backward_op(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale, _deterministic_wanted(q))
         return dq, dk, dv, None, None, None
 
     _forward_op.register_autograd(_backward_of_forward, setup_context=_setup_context)
