@@ -361,10 +361,10 @@ FA_API int fa_stages_backward_workspace(int dtype, int64_t b, int64_t h, int64_t
  * v, o and d_o in turn, which stages 11 and 13 take (fp16 and bf16). Ordered on `stream` as
  * fa_stages_forward is.
  */
-FA_API int fa_stages_backward(const char* stage, int deterministic, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
-                              double scale, int causal, const void* q, const void* k, const void* v, const void* o,
-                              const void* d_o, const float* lse, void* dq, void* dk, void* dv,
-                              const int64_t* strides, void* workspace, int device, void* stream) {
+FA_API int fa_stages_backward(const char* stage, int deterministic, int dtype, int64_t b, int64_t h, int64_t nq,
+                              int64_t nkv, int64_t d, double scale, int causal, const void* q, const void* k,
+                              const void* v, const void* o, const void* d_o, const float* lse, void* dq, void* dk,
+                              void* dv, const int64_t* strides, void* workspace, int device, void* stream) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
     select_device(device);

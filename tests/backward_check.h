@@ -153,7 +153,8 @@ void check_strided_backward(uint64_t seed, const RunAndCheck& run_and_check, con
     const Backward16 backward = strided_backward(layout, stage);
     for (DType t : {DType::F16, DType::BF16}) {
       for (int64_t d : {64, 128}) {
-        for (auto [b, h, nq, nkv] : std::vector<std::array<int64_t, 4>>{{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}}) {
+        for (auto [b, h, nq, nkv] :
+             std::vector<std::array<int64_t, 4>>{{2, 3, 70, 130}, {1, 2, 1, 1}, {3, 1, 65, 64}}) {
           const AttentionProblem p = make_problem(b, h, nq, nkv, d, 0.0, nq == 70, t);
           require_passed(p, run_and_check(p, ++seed, 1.0f, backward, false, 0.0).check);
         }

@@ -70,7 +70,8 @@ def check_stage(stage, dtype, device, b, h, nq, nkv, d, causal, seed, scale=None
     """attention() by `stage` and its gradients against float64 autograd; with a
     backward_stage other than "auto", forward() and then backward() by that stage."""
     what = "stage %s%s %s B%d H%d Nq%d Nkv%d d%d%s%s" % (
-        stage, ("" if backward_stage == "auto" else " backward " + backward_stage) + (" deterministic" if deterministic else ""),
+        stage,
+        ("" if backward_stage == "auto" else " backward " + backward_stage) + (" deterministic" if deterministic else ""),
         str(dtype).replace("torch.", ""), b, h, nq, nkv, d, " causal" if causal else "",
         "" if scale is None else " scale %g" % scale)
     q, k, v, grad_o = inputs((b, h, nq, d), (b, h, nkv, d), dtype, device, seed)
@@ -132,7 +133,8 @@ def deterministic_backward(device):
     q, k, v, grad_o = inputs((1, 2, 70, 64), (1, 2, 300, 64), torch.bfloat16, device, 41, requires_grad=False)
     o, lse = fa_stages.forward(q, k, v)
     if not hopper:
-        expect_error(ValueError, "only stage 13", lambda: fa_stages.backward(q, k, v, o, lse, grad_o, deterministic=True),
+        expect_error(ValueError, "only stage 13",
+                     lambda: fa_stages.backward(q, k, v, o, lse, grad_o, deterministic=True),
                      "deterministic without stage 13")
         return
     for d in (64, 128):
@@ -144,8 +146,8 @@ def deterministic_backward(device):
     check(all(torch.equal(r[0], runs[0][0]) and torch.equal(r[1], runs[0][1]) for r in runs),
           "deterministic: dQ and dK the same bits in three runs")
     bwd = fa_stages.backward
-    expect_error(ValueError, "no deterministic mode", lambda: bwd(q, k, v, o, lse, grad_o, stage="11", deterministic=True),
-                 "deterministic by stage 11")
+    expect_error(ValueError, "no deterministic mode",
+                 lambda: bwd(q, k, v, o, lse, grad_o, stage="11", deterministic=True), "deterministic by stage 11")
     f = tuple(t.float() for t in (q, k, v))
     o32, lse32 = fa_stages.forward(*f)
     expect_error(ValueError, "no deterministic backward pass for fp32",

@@ -429,9 +429,10 @@ void named_barrier(int id, int threads, bool wait, const char* file, int line) {
   const unsigned char kind = wait ? 1 : 2;
   if (mine != 0 && mine != kind) {
     throw std::runtime_error(std::string(op) + " at " + where(file, line) + ": lanes of warp " +
-                             std::to_string(current_thread() / 32) + " execute both bar.sync and bar.arrive at barrier " +
-                             std::to_string(id) + "; a barrier instruction marks a whole warp's arrival, so a warp's "
-                             "lanes must all execute the same one");
+                             std::to_string(current_thread() / 32) +
+                             " execute both bar.sync and bar.arrive at barrier " + std::to_string(id) +
+                             "; a barrier instruction marks a whole warp's arrival, so a warp's lanes must all "
+                             "execute the same one");
   }
   mine = kind;
   nb.expected = threads;

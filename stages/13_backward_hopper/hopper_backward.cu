@@ -336,8 +336,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int box = kk / 4, along = kk % 4 * 32;
       // K's keys 16kk .. 16kk + 15, columns D/2·w ..: d = 128, box w; d = 64, 64 bytes into box 0's rows.
       const uint8_t* kb = Ks + kk * 16 * 128 + (D == 128 ? w * Bc * 128 : w * 64);
-      wgmma_ss<T, D / 2, true>(dq, smem_desc(dSs + box * Br * 128 + along, 16, 1024), smem_desc(kb, Bc * 128, 1024),
-                            kk > 0);
+      wgmma_ss<T, D / 2, true>(dq, smem_desc(dSs + box * Br * 128 + along, 16, 1024),
+                               smem_desc(kb, Bc * 128, 1024), kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -456,8 +456,8 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   FA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
       tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
-      S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
-      static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);
+      S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q),
+      static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("backward_kernel");
 
   tc_backward::finish_dq(p, ws, t.dq);
