@@ -68,8 +68,8 @@ class _Library:
             ctypes.c_double, ctypes.c_int] + [_ptr] * 7 + [ctypes.c_int, _ptr]
         lib.fa_stages_forward_workspace.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
             ctypes.c_int, ctypes.POINTER(_i64)]
-        lib.fa_stages_backward.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int] + [_i64] * 5 + [ctypes.c_double, ctypes.c_int] + [
-            _ptr] * 11 + [ctypes.c_int, _ptr]
+        lib.fa_stages_backward.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int] + [_i64] * 5 + [
+            ctypes.c_double, ctypes.c_int] + [_ptr] * 11 + [ctypes.c_int, _ptr]
         lib.fa_stages_backward_workspace.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         lib.fa_stages_backward_stage.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, _i64, ctypes.c_int,
@@ -332,9 +332,9 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", de
     else:  # stages 11 and 13 read them where they lie
         (q, k, v, o, grad_o), strides = _strided(q, k, v, o, grad_o)
     dq, dk, dv = (torch.empty(t.shape, dtype=dtype, device=q.device) for t in (q, k, v))
-    lib.check(lib.backward(stage.encode(), int(bool(deterministic)), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                           o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                           dv.data_ptr(), strides, workspace.data_ptr(), index, stream))
+    lib.check(lib.backward(stage.encode(), int(bool(deterministic)), code, *sizes, float(scale or 0.0), int(causal),
+                           q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(),
+                           dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), strides, workspace.data_ptr(), index, stream))
     return dq, dk, dv
 
 
