@@ -305,7 +305,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int q = 16 * kk + 8 * (r / 2) + 2 * t + half, k = kr + 8 * (r % 2);
+            // exercise 13-ds-store: store this 16-bit value of dS (query q, key k of this warpgroup's 64) in ds_tile: row q of 64 values, its 16-byte chunk k / 8 moved by the 128-byte swizzle, place k % 8 in the chunk
+            //   stub: (void)q, (void)k;
             ds_tile[q * 64 + ((k / 8) ^ (q % 8)) * 8 + k % 8] = static_cast<uint16_t>(dsa[kk][r] >> (16 * half));
+            // end exercise 13-ds-store
           }
         }
       }
@@ -385,10 +388,30 @@ __global__ void __launch_bounds__(THREADS, 1)
       // Each thread adds its accumulators: fp32 atomics in L2, two neighbouring floats each.
       // Deterministic: one thread of the warpgroup waits for the turn of its half of d, a
       // barrier of the warpgroup lets the others add, and after a second one it passes the turn on.
-      if constexpr (S::deterministic) {
-        if (threadIdx.x % WG == 0) flag_wait(flag(w), turn);
-        named_barrier_sync(3 + w, WG);
-      }
+      // exercise 13-turn: the deterministic mode's handover, two lambdas: wait_turn() before the additions (one thread waits until flag(w) reads `turn`, then named barrier 3 + w lets the warpgroup's 128 threads add) and pass_turn() after them (once all 128 have added, flag(w) gets turn + 1; warps 1-3 need not wait for that); both do nothing unless S::deterministic
+      //   stub: const auto wait_turn = [] {};
+      //   stub: const auto pass_turn = [] {};
+      const auto wait_turn = [&] {
+        if constexpr (S::deterministic) {
+          if (threadIdx.x % WG == 0) flag_wait(flag(w), turn);
+          named_barrier_sync(3 + w, WG);
+        }
+      };
+      const auto pass_turn = [&] {
+        if constexpr (S::deterministic) {
+          // Warp 0 waits for the others' additions and its first thread passes the turn on;
+          // warps 1-3 go on at once. (A barrier instruction counts whole warps: the lanes of a
+          // warp must all sync or all arrive.)
+          if (warp == 0) {
+            named_barrier_sync(3 + w, WG);
+            if (lane == 0) flag_release(flag(w), turn + 1);
+          } else {
+            named_barrier_arrive(3 + w, WG);
+          }
+        }
+      };
+      // end exercise 13-turn
+      wait_turn();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int q = 16 * warp + g + 8 * r;
@@ -400,17 +423,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           dev::atomic_add_vec<2, true>(row + 8 * nc, add);
         }
       }
-      if constexpr (S::deterministic) {
-        // Warp 0 waits for the others' additions and its first thread passes the turn on;
-        // warps 1-3 go on at once. (A barrier instruction counts whole warps: the lanes of a
-        // warp must all sync or all arrive.)
-        if (warp == 0) {
-          named_barrier_sync(3 + w, WG);
-          if (lane == 0) flag_release(flag(w), turn + 1);
-        } else {
-          named_barrier_arrive(3 + w, WG);
-        }
-      }
+      pass_turn();
     }
   }
   if (L::DQ == DqAdd::bulk && threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends

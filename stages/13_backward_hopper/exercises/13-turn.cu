@@ -1,0 +1,521 @@
+/**
+ * \file hopper_backward.cu
+ * \brief Stage 13: the backward pass on Hopper's own machinery. Stage 11's algorithm, with
+ *        stage 08's TMA copies, mbarriers, warpgroup products (wgmma) and warp specialisation.
+ *
+ * The idea: stage 11 runs the five products of a tile pair as mma.sync, every warp loading
+ * its own fragments with ldmatrix and issuing its own copies. Here a producer warpgroup copies
+ * the tiles by TMA and two consumer warpgroups multiply them with wgmma, which reads both
+ * operands from shared memory (or A from registers) for four warps at once. Each consumer
+ * owns 64 of the block's Bc = 128 keys and computes the transposes, as stage 11 does:
+ *
+ *     warpgroup 0, the producer (one thread works):
+ *         TMA: K_j, V_j → shared memory once (barrier kv_full)
+ *         for each Q tile i that sees a key of tile j:   wait until buffer i % 2 is free,
+ *             TMA: Q_i, dO_i → buffer i % 2 (barrier q_full)
+ *     warpgroups 1 and 2, the consumers (keys 64w .. 64w + 63 of the tile):
+ *         for each such Q tile i:
+ *             wait q_full;  issue Sᵀ = K_w·Q_iᵀ, then dPᵀ = V_w·dO_iᵀ       (wgmma, both in shared memory)
+ *             read lse_i (and, once Sᵀ is done, D_i) for this thread's queries while they run
+ *             wait for Sᵀ:  Pᵀ = 2^(scale·log2e·Sᵀ − lse·log2e)   (masked where the tile crosses
+ *                           the diagonal or the end of the keys; dPᵀ is still being computed)
+ *             wait for dPᵀ: dSᵀ = Pᵀ ∘ (dPᵀ − D)
+ *             dSᵀ → shared memory, transposed (dS: rows are queries), for dQ
+ *             issue dV_w += Pᵀ·dO_i,  dK_w += dSᵀ·Q_i            (wgmma, A from registers)
+ *             both consumers' dS written (a named barrier of the two):
+ *             issue dQ_i[:, half w] = dS·K_j[:, half w]           (wgmma, both in shared memory)
+ *             wait for all three; hand buffer i % 2 back
+ *             dQacc_i += dQ_i: d = 128, the halves → shared memory (fp32), a named barrier, and
+ *             one thread adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32);
+ *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured);
+ *             deterministic (--variant deterministic): only when Q tile i's flag says it is
+ *             K/V tile j's turn, then the turn passed on (the Q tiles taken from the last down)
+ *         write dV_w and scale·dK_w, rounded to fp16/bf16
+ *
+ * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
+ * rounded) are stage 11's: tc_backward::prepare() and finish_dq().
+ *
+ * Layouts: Sᵀ's accumulators (keys are rows) turned into 16-bit pairs are exactly the A
+ * fragments of Pᵀ·dO, as P was the A operand of P·V in stage 08; the same holds for dSᵀ.
+ * The B operands dO and Q of those products are read MN-major (the sum runs down their
+ * rows), as stage 08 reads V. dS = (dSᵀ)ᵀ is the one operand that must be transposed: each
+ * thread stores its dSᵀ values at their transposed places in a 128-byte swizzled tile of
+ * Br rows × Bc keys, which wgmma then reads K-major, and K is read MN-major for dQ = dS·K.
+ * Each consumer computes dQ for half of d's columns (32 or 64) over all Bc keys, so both
+ * consumers' dS must be in shared memory first; dS has two buffers, so one named barrier a
+ * tile is enough (a consumer cannot overwrite a buffer before the other has passed the next
+ * tile's barrier, by which time it has waited for its dQ product that read it).
+ *
+ * What changed since stage 11: one thread copies whole tiles by TMA into 128-byte swizzled
+ * shared memory, counted on mbarriers, instead of every thread issuing cp.async; the products
+ * are wgmma instead of mma.sync with ldmatrix; dS is read by the tensor cores through a
+ * descriptor instead of ldmatrix.trans.
+ * Cost: as stage 11 (workspace of 8 bytes a padded query row and dQ in fp32). HBM traffic: K, V
+ * read and dK, dV written once; Q, dO, lse, D read and dQacc added to once per K/V tile of 128
+ * keys. Parallelism: B·H·⌈Nkv/128⌉ blocks of 384 threads, one a multiprocessor.
+ *
+ * Run: `stage13_backward_hopper --dim 128` (needs a Hopper GPU), or `stage13_backward_hopper_cpu`
+ * (the CPU backend's emulation of these instructions, on any machine)
+ */
+#include "stages/13_backward_hopper/hopper_backward.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/cuda_check.h"
+#include "common/device_math.cuh"
+#include "common/errors.h"
+#include "stages/06_tensor_cores/mma.cuh"
+#include "stages/08_hopper/hopper.cuh"
+#include "stages/08_hopper/hopper_attention.h"
+#include "stages/11_backward_tensor_cores/tensor_core_backward.h"
+#include "stages/13_backward_hopper/tuning.h"
+
+namespace fa::hopper_backward {
+
+using namespace fa::hopper;  // the instructions' wrappers (stage 08's hopper.cuh)
+constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(e))
+static_assert(Br == tc_backward::Br, "kernels 1 and 3 are stage 11's, with its padding to Q tiles of Br rows");
+
+constexpr int WG = 128;             ///< threads of a warpgroup
+constexpr int CONSUMERS = 2;        ///< consumer warpgroups, 64 keys each
+constexpr int THREADS = WG * (1 + CONSUMERS);  ///< the producer warpgroup and the consumers
+constexpr int PRODUCER_REGS = 24;   ///< registers a producer thread keeps (setmaxnreg)
+constexpr int CONSUMER_REGS = 240;  ///< registers a consumer thread takes: 128 · (24 + 2 · 240) = 64,512
+constexpr int QB = 2;               ///< buffers of Q_i and dO_i: the next tile lands while this one runs
+static_assert(Bc == 64 * CONSUMERS, "each consumer owns 64 keys: one wgmma M");
+
+/// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
+/// 128-byte swizzle repeats every 1024 bytes) under configuration S (tuning.h). A tile of R
+/// rows × D columns is stored as D/64 boxes of R rows × 128 bytes, as TMA writes it.
+template <int D, class S>
+struct Smem {
+  static constexpr int KV_BYTES = Bc * D * 2;  ///< one K (or V) tile
+  static constexpr int Q_BYTES = Br * D * 2;   ///< one Q (or dO) tile
+  static constexpr int DS_BYTES = Br * Bc * 2;  ///< dS: Br query rows × Bc keys, two boxes of 64 keys
+  static constexpr int k = 0;                   ///< the K tile
+  static constexpr int v = k + KV_BYTES;        ///< the V tile
+  static constexpr int q = v + KV_BYTES;            ///< QB Q tiles
+  static constexpr int d_o = q + QB * Q_BYTES;      ///< QB dO tiles
+  static constexpr int ds = d_o + QB * Q_BYTES;     ///< two dS tiles
+  /// How dQ's parts are added at this head dim (tuning.h).
+  static constexpr DqAdd DQ = D == 64 ? S::dq_d64 : S::dq_d128;
+  /// dQ of a tile in fp32, [Br][D] as in dQacc, for the bulk reduction (two buffers)
+  static constexpr int DQ_BYTES = DQ == DqAdd::bulk ? Br * D * 4 : 0;
+  static constexpr int dq = ds + 2 * DS_BYTES;      ///< two dQ tiles (bulk only)
+  static constexpr int bars = dq + 2 * DQ_BYTES;    ///< kv_full, q_full[QB], q_empty[QB]
+  static constexpr int ticket = bars + 8 * (1 + 2 * QB);  ///< the block's ticket (deterministic only)
+  static constexpr int bytes = ticket + (S::deterministic ? 16 : 0) + 1024;  ///< + slack to align the base
+};
+
+namespace {
+/**
+ * The deterministic mode's flags (tuning.h's `deterministic`), after stage 11's workspace:
+ * [0] the next ticket; then for each head and Q tile two ints, one for each half of d (the
+ * atomics: each consumer adds its own half) or the first for the whole tile (the bulk
+ * reduction). A flag holds the K/V tile whose turn it is to add to that part of dQ.
+ */
+int64_t flag_count(const AttentionProblem& p) { return 1 + p.batch_heads() * ((p.seq_q + Br - 1) / Br) * 2; }
+}  // namespace
+
+/**
+ * Kernel 2: one block per (K/V tile j, batch·head), flattened into blockIdx.x with the K/V
+ * tiles of a head together (under the causal mask the first, which see the most Q tiles,
+ * start first). The tensor maps describe Q, K, V and dO as [B][H][N][D], each with its own
+ * strides. lse2 and Dvec are kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
+ *
+ * Deterministic (S::deterministic): a block takes its (K/V tile, batch·head) from a ticket,
+ * flags[0], in the order blocks start, and adds to Q tile i's dQ only when the tile's flag
+ * says K/V tile j's turn has come, after tiles 0 .. j−1 have added theirs. A block waits only
+ * for blocks that took earlier tickets, which have started, so the waits always end.
+ */
+template <typename T, int D, class S>
+__global__ void __launch_bounds__(THREADS, 1)
+    backward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                    const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
+                    const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int* flags, int heads,
+                    int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal) {
+  using L = Smem<D, S>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::bars);
+  uint64_t* q_full = kv_full + 1;    // [QB]
+  uint64_t* q_empty = q_full + QB;   // [QB]
+
+  int* ticket = reinterpret_cast<int*>(smem + L::ticket);  // deterministic only
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(kv_full, 1);
+    for (int b = 0; b < QB; ++b) {
+      mbarrier_init(&q_full[b], 1);
+      mbarrier_init(&q_empty[b], CONSUMERS * WG);  // every consumer thread arrives
+    }
+    mbarrier_init_fence();
+    if constexpr (S::deterministic) *ticket = atomicAdd(flags, 1);
+  }
+  __syncthreads();
+
+  const int tile = S::deterministic ? *ticket : static_cast<int>(blockIdx.x);
+  const int kv_tiles = (seq_kv + Bc - 1) / Bc;
+  const int bh = tile / kv_tiles;
+  const int j0 = tile % kv_tiles * Bc;
+  // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
+  // that holds query j0, the first that sees a key of this tile. Deterministic, it runs the
+  // other way, from the last Q tile down: then every block reaches a Q tile after as many
+  // tiles as the others, so each waits little for its turn (up, the first K/V tiles, which see
+  // the most Q tiles, would reach each tile last and hold up the rest).
+  const int i_start = causal ? j0 / Br * Br : 0;
+  const int q_tiles = seq_q > i_start ? (seq_q - i_start + Br - 1) / Br : 0;  // the loop's Q tiles
+  const auto tile_row = [&](int n) { return i_start + (S::deterministic ? q_tiles - 1 - n : n) * Br; };
+
+  const int wg = threadIdx.x / WG;
+  if (wg == 0) {  // ---------------- the producer ----------------
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      const int h = bh % heads, b = bh / heads;
+      mbarrier_arrive_expect_tx(kv_full, 2 * L::KV_BYTES);
+      for (int c = 0; c < D / 64; ++c) {
+        tma_load_4d(smem + L::k + c * Bc * 128, &tk, kv_full, 64 * c, j0, h, b);
+        tma_load_4d(smem + L::v + c * Bc * 128, &tv, kv_full, 64 * c, j0, h, b);
+      }
+      for (int n = 0; n < q_tiles; ++n) {  // Q tile n of the loop: buffer n % QB, in its round n / QB
+        const int i0 = tile_row(n);
+        const int buf = n % QB;
+        mbarrier_wait(&q_empty[buf], ((n / QB) & 1) ^ 1);  // the consumers are done with it (round 0: free)
+        mbarrier_arrive_expect_tx(&q_full[buf], 2 * L::Q_BYTES);
+        for (int c = 0; c < D / 64; ++c) {
+          tma_load_4d(smem + L::q + buf * L::Q_BYTES + c * Br * 128, &tq, &q_full[buf], 64 * c, i0, h, b);
+          tma_load_4d(smem + L::d_o + buf * L::Q_BYTES + c * Br * 128, &tdo, &q_full[buf], 64 * c, i0, h, b);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---------------- the consumers: warpgroup 1 + w owns keys 64w .. 64w + 63 of the tile ----------------
+  setmaxnreg_inc<CONSUMER_REGS>();
+  const int w = wg - 1;
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int key_w = j0 + 64 * w;  // the warpgroup's first key
+  // This thread's keys (accumulator rows): key_w + 16·warp + g and + 8. Its queries (columns):
+  // 8n + 2t and + 1 of the tile, n < Br/8 (Sᵀ, dPᵀ) or D/16 (dQ's half of d).
+  const float* lse_h = lse2 + static_cast<int64_t>(bh) * seq_q_pad;
+  const float* D_h = Dvec + static_cast<int64_t>(bh) * seq_q_pad;
+  float* dQh = dQacc + static_cast<int64_t>(bh) * seq_q * D;
+  const uint8_t* Ks = smem + L::k;
+  const uint8_t* Vs = smem + L::v;
+
+  float dv[D / 2], dk[D / 2];  // dV_w and dK_w: 64 keys × D, the accumulator layout
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.0f;
+
+  mbarrier_wait(kv_full, 0);
+
+  // Sᵀ = K_w·Q_iᵀ and dPᵀ = V_w·dO_iᵀ for the block's Q tile number n (buffer n % QB), once it
+  // has landed: D/16 products each of 64×16 by 16×Br, K-major both (the sum runs along d,
+  // along the rows of every tile), issued as two groups, not waited for.
+  float s[Br / 2], dp[Br / 2];
+  const auto issue_s_dp = [&](int n) {
+    const int buf = n % QB;
+    const uint8_t* Qs = smem + L::q + buf * L::Q_BYTES;
+    const uint8_t* dOs = smem + L::d_o + buf * L::Q_BYTES;
+    mbarrier_wait(&q_full[buf], (n / QB) & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int box = kk / 4, along = kk % 4 * 32;  // 16 columns are 32 bytes along a 128-byte row
+      wgmma_ss<T, Br>(s, smem_desc(Ks + box * Bc * 128 + w * 64 * 128 + along, 16, 1024),
+                      smem_desc(Qs + box * Br * 128 + along, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int box = kk / 4, along = kk % 4 * 32;
+      wgmma_ss<T, Br>(dp, smem_desc(Vs + box * Bc * 128 + w * 64 * 128 + along, 16, 1024),
+                      smem_desc(dOs + box * Br * 128 + along, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+  };
+
+  for (int n = 0; n < q_tiles; ++n) {  // ---- the only loop: Q tiles ----
+    const int i0 = tile_row(n);
+    const int buf = n % QB;
+    const uint8_t* Qs = smem + L::q + buf * L::Q_BYTES;
+    const uint8_t* dOs = smem + L::d_o + buf * L::Q_BYTES;
+    uint8_t* dSs = smem + L::ds + n % 2 * L::DS_BYTES;
+    issue_s_dp(n);
+
+    // Sᵀ and dPᵀ are in flight. This thread's queries' lse·log2e is read meanwhile, and D while
+    // Pᵀ is computed (kernel 1's workspace, padded to whole tiles: no bounds to check). Read
+    // after a wait, they cost a tile an L2 latency (LOG.md).
+    float2 lse_q[Br / 8], D_q[Br / 8];
+#pragma unroll
+    for (int nq = 0; nq < Br / 8; ++nq) lse_q[nq] = *reinterpret_cast<const float2*>(lse_h + i0 + 8 * nq + 2 * t);
+
+    // Pᵀ, while dPᵀ is computed. Only a tile that crosses the diagonal or the end of the keys
+    // is masked; queries past Nq need no mask: their lse is +inf (kernel 1's padding).
+    wgmma_wait<1>();
+    fence_registers(s);
+#pragma unroll
+    for (int nq = 0; nq < Br / 8; ++nq) D_q[nq] = *reinterpret_cast<const float2*>(D_h + i0 + 8 * nq + 2 * t);
+    const bool needs_mask = key_w + 64 > seq_kv || (causal && key_w + 63 > i0);
+#pragma unroll
+    for (int nq = 0; nq < Br / 8; ++nq) {
+      const int q = i0 + 8 * nq + 2 * t;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key_w + 16 * warp + g + 8 * (e / 2);
+        float x = s[4 * nq + e];
+        if (needs_mask && (key >= seq_kv || (causal && key > q + e % 2))) x = -INFINITY;
+        s[4 * nq + e] = dev::fast_exp2<true>(fmaf(x, scale_log2, -(e % 2 ? lse_q[nq].y : lse_q[nq].x)));
+      }
+    }
+    // dSᵀ = Pᵀ ∘ (dPᵀ − D).
+    wgmma_wait<0>();
+    fence_registers(dp);
+#pragma unroll
+    for (int nq = 0; nq < Br / 8; ++nq) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[4 * nq + e] = s[4 * nq + e] * (dp[4 * nq + e] - (e % 2 ? D_q[nq].y : D_q[nq].x));
+    }
+
+    // Pᵀ and dSᵀ rounded to T: two 8-column pieces of the accumulator are one A fragment
+    // (k = 16 queries), as P was in stage 08's P·V.
+    uint32_t pa[Br / 16][4], dsa[Br / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        pa[kk][r] = tc::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        dsa[kk][r] = tc::pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+      }
+    }
+    // dS into shared memory, transposed: element (query q, key k) of dS is at row q of box
+    // k / 64, 16-byte chunk (k % 64 / 8) ^ (q % 8), place k % 8 (the 128-byte swizzle). The
+    // values are dSᵀ's A fragments, so dK and dQ use the same rounded dS: register r of
+    // k-step kk holds key + 8·(r % 2) and queries 16kk + 8·(r / 2) + 2t, + 1.
+    {
+      uint16_t* ds_tile = reinterpret_cast<uint16_t*>(dSs + w * Br * 128);  // this warpgroup's 64 keys: one box
+      const int kr = 16 * warp + g;  // this thread's first key in the box
+#pragma unroll
+      for (int kk = 0; kk < Br / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int q = 16 * kk + 8 * (r / 2) + 2 * t + half, k = kr + 8 * (r % 2);
+            // exercise 13-ds-store: store this 16-bit value of dS (query q, key k of this warpgroup's 64) in ds_tile: row q of 64 values, its 16-byte chunk k / 8 moved by the 128-byte swizzle, place k % 8 in the chunk
+            //   stub: (void)q, (void)k;
+            ds_tile[q * 64 + ((k / 8) ^ (q % 8)) * 8 + k % 8] = static_cast<uint16_t>(dsa[kk][r] >> (16 * half));
+            // end exercise 13-ds-store
+          }
+        }
+      }
+    }
+    fence_proxy_async();  // the tensor cores read what these stores wrote
+
+    // dV_w += Pᵀ·dO_i and dK_w += dSᵀ·Q_i: Br/16 products each of 64×16 (registers) by
+    // 16×D (MN-major: the sum runs down the rows of dO and Q).
+    fence_registers(dv);
+    fence_registers(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk) {  // rows 16kk .. 16kk + 15 of dO and Q; boxes Br·128 bytes apart
+      wgmma_rs<T, D>(dv, pa[kk], smem_desc(dOs + kk * 16 * 128, Br * 128, 1024), true);
+    }
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk) {
+      wgmma_rs<T, D>(dk, dsa[kk], smem_desc(Qs + kk * 16 * 128, Br * 128, 1024), true);
+    }
+    wgmma_commit();
+
+    // dQ_i's half w of d = dS·K_j over all Bc keys: both consumers' dS must be written.
+    named_barrier_sync(1, CONSUMERS * WG);
+    float dq[D / 4];  // 64 queries × D/2 columns
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) {
+      const int box = kk / 4, along = kk % 4 * 32;
+      // K's keys 16kk .. 16kk + 15, columns D/2·w ..: d = 128, box w; d = 64, 64 bytes into box 0's rows.
+      const uint8_t* kb = Ks + kk * 16 * 128 + (D == 128 ? w * Bc * 128 : w * 64);
+      wgmma_ss<T, D / 2, true>(dq, smem_desc(dSs + box * Br * 128 + along, 16, 1024),
+                               smem_desc(kb, Bc * 128, 1024), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(dq);
+    fence_registers(dv);
+    fence_registers(dk);
+    mbarrier_arrive(&q_empty[buf]);  // this thread is done with Q_i and dO_i
+
+    // dQacc_i += the tile's dQ (scale is applied by kernel 3): every K/V tile of the head adds
+    // to the same rows, from other blocks, so the additions are atomic. Deterministic: in the
+    // order of the K/V tiles, K/V tile j when the flag of this part of dQ_i reads j.
+    const int q_valid = seq_q - i0 < Br ? seq_q - i0 : Br;  // rows of the tile inside the head
+    // Deterministic: the flags of this Q tile's two halves of d, and this K/V tile's turn.
+    const auto flag = [&](int half) {
+      return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
+    };
+    const int turn = j0 / Bc;
+    if constexpr (L::DQ == DqAdd::bulk) {
+      // Both halves into shared memory as dQacc lays the rows out, then one thread adds the
+      // tile's rows with one bulk reduction. Buffer n % 2: its reduction two tiles ago has
+      // read it, since the adding thread waits for that before this tile's first barrier.
+      float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float* row = dq_tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
+#pragma unroll
+        for (int nc = 0; nc < D / 16; ++nc) {
+          *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
+        }
+      }
+      fence_proxy_async();  // the copy engine reads what these stores wrote
+      named_barrier_sync(2, CONSUMERS * WG);
+      if (threadIdx.x == WG) {
+        if constexpr (S::deterministic) flag_wait(flag(0), turn);
+        bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
+        bulk_commit();
+        if constexpr (S::deterministic) {
+          bulk_wait<0>();                   // the additions are done ...
+          flag_release(flag(0), turn + 1);  // ... before the next K/V tile's turn
+        } else {
+          bulk_wait_read<1>();  // the tile before's reduction has read its buffer
+        }
+      }
+    } else {
+      // Each thread adds its accumulators: fp32 atomics in L2, two neighbouring floats each.
+      // Deterministic: one thread of the warpgroup waits for the turn of its half of d, a
+      // barrier of the warpgroup lets the others add, and after a second one it passes the turn on.
+      // TODO(exercise 13-turn): the deterministic mode's handover, two lambdas: wait_turn() before the additions (one thread waits until flag(w) reads `turn`, then named barrier 3 + w lets the warpgroup's 128 threads add) and pass_turn() after them (once all 128 have added, flag(w) gets turn + 1; warps 1-3 need not wait for that); both do nothing unless S::deterministic
+      const auto wait_turn = [] {};
+      const auto pass_turn = [] {};
+      wait_turn();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int q = 16 * warp + g + 8 * r;
+        if (q >= q_valid) continue;
+        float* row = dQh + static_cast<int64_t>(i0 + q) * D + D / 2 * w + 2 * t;
+#pragma unroll
+        for (int nc = 0; nc < D / 16; ++nc) {
+          const float add[2] = {dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]};
+          dev::atomic_add_vec<2, true>(row + 8 * nc, add);
+        }
+      }
+      pass_turn();
+    }
+  }
+  if (L::DQ == DqAdd::bulk && threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends
+
+  // The only writes of dV_w and dK_w, rounded to T: rows past Nkv are not written.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key_w + 16 * warp + g + 8 * r;
+    if (key >= seq_kv) continue;
+    const int64_t at = (static_cast<int64_t>(bh) * seq_kv + key) * D + 2 * t;
+#pragma unroll
+    for (int nc = 0; nc < D / 8; ++nc) {
+      *reinterpret_cast<uint32_t*>(dV + at + 8 * nc) = tc::pack2<T>(dv[4 * nc + 2 * r], dv[4 * nc + 2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dK + at + 8 * nc) =
+          tc::pack2<T>(scale * dk[4 * nc + 2 * r], scale * dk[4 * nc + 2 * r + 1]);
+    }
+  }
+}
+
+namespace {
+
+using tc_backward::Workspace;
+
+template <typename T, int D, class S>
+void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
+  if (p.seq_q > 2147483647 - Br || p.seq_kv > 2147483647 - Bc) throw InputError("stage 13: sequences too long");
+  require_copyable(p, layout, "stage 13");
+  const int64_t kv_blocks = (p.seq_kv + Bc - 1) / Bc * p.batch_heads();
+  if (kv_blocks > 0x7fffffff) {
+    throw InputError("stage 13: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
+  }
+  const CUtensorMap tq = tensor_map_4d<T>(t.q, p, p.seq_q, layout.q, Br, "stage 13");
+  const CUtensorMap tk = tensor_map_4d<T>(t.k, p, p.seq_kv, layout.k, Bc, "stage 13");
+  const CUtensorMap tv = tensor_map_4d<T>(t.v, p, p.seq_kv, layout.v, Bc, "stage 13");
+  const CUtensorMap tdo = tensor_map_4d<T>(t.d_o, p, p.seq_q, layout.d_o, Br, "stage 13");
+
+  const Workspace ws = tc_backward::split_workspace(p, workspace);
+  tc_backward::prepare(p, t, layout, ws, "stage 13");
+  int* flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + tc_backward::workspace_bytes(p));
+  if constexpr (S::deterministic) FA_CUDA_CHECK(cudaMemsetAsync(flags, 0, flag_count(p) * sizeof(int)));
+
+  const int smem = Smem<D, S>::bytes;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
+      tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
+      S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q),
+      static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);
+  FA_CHECK_LAUNCH("backward_kernel");
+
+  tc_backward::finish_dq(p, ws, t.dq);
+}
+
+/// Refuses what no stage-13 kernel runs, with a message: another head dim, or a GPU that is
+/// not a Hopper.
+void require_runnable(const AttentionProblem& p) {
+  hopper::require_head_dim(p.dim, "stage 13");
+  const std::string why = unavailable_reason();
+  if (!why.empty()) throw NoGpuError(why);
+}
+
+/// A variant of tuning.h on the demo's tensors (contiguous).
+template <class S>
+void run_variant(const AttentionProblem& p, const BackwardTensors& t, void* workspace) {
+  const Tensors tensors{t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv};
+  tc::with_mma_type(p.dtype, "stage 13", [&](auto type) {
+    using T = decltype(type);
+    require_runnable(p);
+    (p.dim == 64 ? launch<T, 64, S> : launch<T, 128, S>)(p, tensors, workspace, Layout::contiguous(p));
+  });
+}
+
+}  // namespace
+
+std::string unavailable_reason() {
+  const std::string why = hopper::unavailable_reason();
+  return why.empty() ? why : "stage 13 runs on stage 08's machinery: " + why;
+}
+
+std::size_t shared_bytes(int64_t d) {
+  hopper::require_head_dim(d, "stage 13");
+  return d == 64 ? Smem<64, Tuned>::bytes : Smem<128, Tuned>::bytes;
+}
+
+std::size_t workspace_bytes(const AttentionProblem& p) {
+  shared_bytes(p.dim);  // refuses another head dim, before anything is allocated
+  return tc_backward::workspace_bytes(p) + static_cast<std::size_t>(flag_count(p) * sizeof(int) + 15) / 16 * 16;
+}
+
+double hbm_bytes_model(const AttentionProblem& p) { return tc_backward::hbm_bytes_model_for(p, Bc); }
+
+void attention_backward_strided(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
+  tc::with_mma_type(p.dtype, "stage 13", [&](auto type) {
+    using T = decltype(type);
+    require_runnable(p);
+    (p.dim == 64 ? launch<T, 64, Tuned> : launch<T, 128, Tuned>)(p, t, workspace, layout);
+  });
+}
+
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace) {
+  // Parenthesised: no argument-dependent lookup, which would also find stage 11's function of
+  // the same name (Tensors is tc_backward's).
+  (attention_backward_strided)(p, t, workspace, Layout::contiguous(p));
+}
+
+void attention_backward_deterministic(const AttentionProblem& p, const Tensors& t, void* workspace,
+                                      const Layout& layout) {
+  tc::with_mma_type(p.dtype, "stage 13", [&](auto type) {
+    using T = decltype(type);
+    require_runnable(p);
+    (p.dim == 64 ? launch<T, 64, Deterministic> : launch<T, 128, Deterministic>)(p, t, workspace, layout);
+  });
+}
+
+
+}  // namespace fa::hopper_backward
