@@ -22,3 +22,13 @@ ptxas_usage() {
   line=$(grep -A2 "$2" "$1" | tr '\n' ' ')
   echo "$(echo "$line" | grep -o 'Used [0-9]* registers') $(echo "$line" | grep -o '[0-9]* bytes spill stores')"
 }
+
+# variant_usage LOG KERNEL NAME:TYPE: ptxas_usage of the kernel template KERNEL (its mangled
+# name up to the head dim, e.g. "hopper_kernelI6__half") built for the typed configuration
+# TYPE at d = 64 and 128, a line each: "NAME: d=64 Used N registers M bytes spill stores".
+variant_usage() {
+  local log=$1 kernel=$2 name=${3%%:*} type=${3#*:} d
+  for d in 64 128; do
+    echo "$name: d=$d $(ptxas_usage "$log" "${kernel}Li${d}ENS0_${#type}${type}E")"
+  done
+}

@@ -18,10 +18,8 @@ shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"
         "--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64 --causal")
 printf "%-12s %-70s %s\n" variant shape "result (fp16, median of 20)"
 for v in "${variants[@]}"; do
-  name=${v%%:*} type=${v#*:}
-  for d in 64 128; do
-    echo "$name: d=$d $(ptxas_usage "$out/build.log" "tensor_core_kernelI6__halfLi${d}ENS0_${#type}${type}E")"
-  done
+  name=${v%%:*}
+  variant_usage "$out/build.log" "tensor_core_kernelI6__half" "$v"
   for s in "${shapes[@]}"; do
     # shellcheck disable=SC2086
     r=$("$bin" $s --variant "$name" --brief --check-rows 256 | sed -E 's/ +\[B=.*//')

@@ -35,10 +35,8 @@ run() {  # name binary [flags]
 printf "%-16s %-72s %s\n" variant shape "result (fp16, median of 20)"
 run stage06 "$out/build/bin/stage06_tensor_cores"
 for v in "${variants[@]}"; do
-  name=${v%%:*} type=${v#*:}
-  for d in 64 128; do
-    echo "$name: d=$d $(ptxas_usage "$out/build.log" "pipelined_kernelI6__halfLi${d}ENS0_${#type}${type}E")"
-  done
+  name=${v%%:*}
+  variant_usage "$out/build.log" "pipelined_kernelI6__half" "$v"
   run "$name" "$bin" --variant "$name"
 done
 if command -v ncu > /dev/null; then

@@ -25,10 +25,7 @@ variants=(
 bin="$out/build/bin/stage08_hopper"
 [ -x "$bin" ] || build_once "$out" stage08_hopper
 for v in "${variants[@]}"; do
-  name=${v%%:*} type=${v#*:}
-  for d in 64 128; do
-    echo "$name: d=$d $(ptxas_usage "$out/build.log" "hopper_kernelI6__halfLi${d}ENS0_${#type}${type}E")"
-  done
+  variant_usage "$out/build.log" "hopper_kernelI6__half" "$v"
 done
 [ $build_only = 1 ] && exit 0
 shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"

@@ -25,10 +25,8 @@ run() {  # name
 }
 printf "%-16s %-20s %s\n" variant shape "result (B=4 H=32 N=4096 fp32, median of 10)"
 for v in "${variants[@]}"; do
-  name=${v%%:*} type=${v#*:}
-  for d in 64 128; do
-    echo "$name: d=$d $(ptxas_usage "$out/build.log" "dkdv_kernelILi${d}ENS0_${#type}${type}E")"
-  done
+  name=${v%%:*}
+  variant_usage "$out/build.log" "dkdv_kernelI" "$v"
   run "$name"
 done
 if command -v ncu > /dev/null; then

@@ -29,10 +29,8 @@ run() {  # name
 }
 printf "%-10s %-66s %s\n" variant shape "result (fp16, median of 10)"
 for v in "${variants[@]}"; do
-  name=${v%%:*} type=${v#*:}
-  for d in 64 128; do
-    echo "$name: d=$d $(ptxas_usage "$out/build.log" "dkdv_kernelI6__halfLi${d}ENS0_${#type}${type}E")"
-  done
+  name=${v%%:*}
+  variant_usage "$out/build.log" "dkdv_kernelI6__half" "$v"
   run "$name"
 done
 if command -v ncu > /dev/null; then

@@ -21,10 +21,7 @@ shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"
         "--batch 1 --heads 16 --seq-q 8192 --seq-kv 8192 --dim 128"
         "--batch 1 --heads 16 --seq-q 8192 --seq-kv 8192 --dim 128 --causal")
 for v in "${variants[@]}"; do
-  name=${v%%:*} type=${v#*:}
-  for d in 64 128; do
-    echo "$name: d=$d $(ptxas_usage "$out/build.log" "backward_kernelI6__halfLi${d}ENS0_${#type}${type}E")"
-  done
+  variant_usage "$out/build.log" "backward_kernelI6__half" "$v"
 done
 printf "%-6s %-66s %s\n" round shape "variant: ms (fp16, median of 10)"
 for round in 1 2; do
