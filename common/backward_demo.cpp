@@ -119,19 +119,21 @@ class BackwardDemo final : public Demo {
     const DeviceInputs grad_out = upload_inputs(d_o_, {}, {}, t);  // dO, in the stage's type
     DeviceBuffer<unsigned char> out(q_n * bytes), dq(q_n * bytes), dk(kv_n * bytes), dv(kv_n * bytes);
     DeviceBuffer<float> lse(static_cast<std::size_t>(p_.rows()));
+    DeviceBuffer<unsigned char> stats(stage_.stats_bytes * static_cast<std::size_t>(p_.rows()));
+    void* const stats_ptr = stage_.stats_bytes ? stats.data() : nullptr;
     const std::size_t workspace = stage_.workspace_bytes(p_);
     DeviceBuffer<unsigned char> ws(workspace);
 
     // The forward pass that training runs first: O and the lse the backward pass starts from.
     const auto forward = [&] {
-      stage_.forward(p_, inputs.q.data(), inputs.k.data(), inputs.v.data(), out.data(), lse.data());
+      stage_.forward(p_, inputs.q.data(), inputs.k.data(), inputs.v.data(), out.data(), lse.data(), stats_ptr);
     };
     forward();
     for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(kPoisonByte);  // never written stays NaN and fails
     const auto backward = [&] {
       backward_(p_,
                 {inputs.q.data(), inputs.k.data(), inputs.v.data(), out.data(), grad_out.q.data(), lse.data(),
-                 dq.data(), dk.data(), dv.data()},
+                 dq.data(), dk.data(), dv.data(), stats_ptr},
                 ws.data());
     };
     backward();

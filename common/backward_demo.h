@@ -27,6 +27,9 @@ struct BackwardTensors {
   void* dq;          ///< [B, H, Nq, d], written
   void* dk;          ///< [B, H, Nkv, d], written
   void* dv;          ///< [B, H, Nkv, d], written
+  /// The forward's statistics of each row besides the lse (BackwardStageDemo::stats_bytes
+  /// a row), or null where it hands none.
+  const void* stats = nullptr;
 };
 
 /// Enqueues one backward pass: `workspace` has the stage's workspace_bytes(p) bytes.
@@ -39,9 +42,12 @@ struct BackwardStageDemo {
   std::string about;  ///< what --help says under the program's name
   std::vector<DType> dtypes;  ///< element types it runs; the first is the default --dtype
   std::string forward_name;   ///< the forward stage that runs first, e.g. "stage 05"
-  /// Enqueues that forward pass: O (p.dtype) and each row's lse from Q, K, V.
-  std::function<void(const AttentionProblem&, const void* q, const void* k, const void* v, void* o, float* lse)>
+  /// Enqueues that forward pass: O (p.dtype) and each row's lse from Q, K, V, and into
+  /// `stats` (null where stats_bytes is 0) the row statistics the backward pass reads.
+  std::function<void(const AttentionProblem&, const void* q, const void* k, const void* v, void* o, float* lse,
+                     void* stats)>
       forward;
+  std::size_t stats_bytes = 0;  ///< bytes a row of the forward's statistics besides the lse (stage 05's m, 1/l)
   BackwardStageRun run;                          ///< the finished backward pass
   std::vector<Variant<BackwardStageRun>> variants;  ///< what --variant may pick (empty: no such flag)
   std::function<std::size_t(const AttentionProblem&)> workspace_bytes;  ///< device bytes beyond the tensors

@@ -209,16 +209,20 @@ FA_API int fa_stages_forward_workspace(const char* stage, int dtype, int64_t b, 
  * null for contiguous tensors, or 12 numbers, (batch, head, row) strides in elements of q,
  * k, v and o in turn, which only stage 08 takes (fa::Layout says what it needs of them).
  * `lse` receives each row's log-sum-exp from the stages that keep it (03, 05, 06, 07,
- * 08); stages 01, 02 and 04 leave it alone (04's m and l are in the workspace). `stream`
- * is the caller's CUDA stream (null: the default stream); the work is ordered on it.
+ * 08); stages 01, 02 and 04 leave it alone (04's m and l are in the workspace). `stats`:
+ * null, or for stage 05 [B, H, Nq] pairs of floats that receive each row's m and 1/l
+ * (fa::flash2::RowStats), which fa_stages_backward takes for stage 10. `stream` is the
+ * caller's CUDA stream (null: the default stream); the work is ordered on it.
  */
 FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
                              double scale, int causal, const void* q, const void* k, const void* v, void* o,
-                             float* lse, const int64_t* strides, void* workspace, int device, void* stream) {
+                             float* lse, void* stats, const int64_t* strides, void* workspace, int device,
+                             void* stream) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
     const std::string s = stage;
     if (strides && s != "08") throw fa::InputError("stage " + s + " reads contiguous tensors only: pass no strides");
+    if (stats && s != "05") throw fa::InputError("only stage 05 hands over m and 1/l: pass no stats");
     select_device(device);
     OnStream on(stream);
     const auto* fq = static_cast<const float*>(q);
@@ -238,7 +242,7 @@ FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h,
       fa::flash1::attention(p, fq, fk, fv, fo, m, m + p.rows());
     } else if (s == "05") {
       require_fp32(p, s);
-      fa::flash2::attention(p, fq, fk, fv, fo, lse);
+      fa::flash2::attention(p, fq, fk, fv, fo, lse, nullptr, static_cast<fa::flash2::RowStats*>(stats));
     } else if (s == "06") {
       fa::tensor_core::attention(p, q, k, v, o, lse);
     } else if (s == "07") {
@@ -358,23 +362,28 @@ FA_API int fa_stages_backward_workspace(int dtype, int64_t b, int64_t h, int64_t
  * (lse [B, H, Nq] in fp32), 16-byte aligned: q, k, v, the forward's o and lse, and d_o the
  * gradient of the loss with respect to o. dq, dk and dv are written contiguous. `strides`:
  * null for contiguous inputs, or 15 numbers, (batch, head, row) strides in elements of q, k,
- * v, o and d_o in turn, which stages 11 and 13 take (fp16 and bf16). Ordered on `stream` as
- * fa_stages_forward is.
+ * v, o and d_o in turn, which stages 11 and 13 take (fp16 and bf16). `stats`: null, or stage
+ * 05's m and 1/l of each row (fa_stages_forward), from which stage 10 rebuilds P in place
+ * of lse: exact at large logits. Ordered on `stream` as fa_stages_forward is.
  */
 FA_API int fa_stages_backward(const char* stage, int deterministic, int dtype, int64_t b, int64_t h, int64_t nq,
                               int64_t nkv, int64_t d, double scale, int causal, const void* q, const void* k,
-                              const void* v, const void* o, const void* d_o, const float* lse, void* dq, void* dk,
-                              void* dv, const int64_t* strides, void* workspace, int device, void* stream) {
+                              const void* v, const void* o, const void* d_o, const float* lse, const void* stats,
+                              void* dq, void* dk, void* dv, const int64_t* strides, void* workspace, int device,
+                              void* stream) {
   return guarded([&] {
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
     select_device(device);
     const std::string s = backward_stage(p, stage, deterministic != 0);
     if (strides && s == "10") throw fa::InputError("stage 10 (fp32) reads contiguous tensors only: pass no strides");
+    if (stats && s != "10") throw fa::InputError("only stage 10 reads stage 05's m and 1/l: pass no stats");
     OnStream on(stream);
     if (s == "10") {
       const auto f = [](const void* x) { return static_cast<const float*>(x); };
       const auto w = [](void* x) { return static_cast<float*>(x); };
-      fa::backward::attention_backward(p, {f(q), f(k), f(v), f(o), f(d_o), lse, w(dq), w(dk), w(dv)}, workspace);
+      fa::backward::attention_backward(
+          p, {f(q), f(k), f(v), f(o), f(d_o), lse, w(dq), w(dk), w(dv), static_cast<const fa::flash2::RowStats*>(stats)},
+          workspace);
     } else if (s == "11") {
       fa::tc_backward::attention_backward_strided(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace,
                                                   layout_of(p, strides, 5));

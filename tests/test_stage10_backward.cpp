@@ -2,8 +2,8 @@
 // differences in test_reference.cpp): the standard battery of shapes (ragged lengths, 1
 // included, every head dim; many heads and batches; causal; large logits), with dQ, dK and
 // dV poisoned before each run. O and the log-sum-exp the backward pass starts from are the
-// float64 reference's, rounded to fp32, so these checks see the backward pass alone; one
-// more runs stage 05's forward kernel first, as training does. A copy of the kernel whose
+// float64 reference's, rounded to fp32, so these checks see the backward pass alone; others
+// run stage 05's forward kernel first, as training does, and hand over its m and 1/l too. A copy of the kernel whose
 // causal loop skips the diagonal tile (built by stages/10_backward/CMakeLists.txt) must fail.
 #include <cuda_runtime.h>
 
@@ -42,6 +42,13 @@ using Backward = decltype(&fa::backward::attention_backward);
 // Every head of a problem, for a check of all of them.
 std::vector<int64_t> all_heads(const fa::AttentionProblem& p) { return fa::sample_indices(p.batch_heads(), p.batch_heads()); }
 
+// Where O and the row statistics the backward pass starts from come from.
+enum class Forward {
+  reference,     ///< the float64 reference's O and lse, rounded to fp32
+  stage05_lse,   ///< stage 05's kernel, its lse only (as after a forward stage without RowStats)
+  stage05_stats  ///< stage 05's kernel, its m and 1/l too: the finished path, as in training
+};
+
 struct Run {
   fa::AttentionInputs in;             // the inputs
   std::vector<float> d_o;             // and dO
@@ -49,19 +56,22 @@ struct Run {
   fa::GradientCheck check;            // against the reference, every head
 };
 
-// One backward pass on fresh inputs (seeded), every gradient element checked. With
-// `forward_on_device` O and lse come from stage 05's kernel, else from the float64 reference.
-// A non-zero `logit`: every logit moved to about that value (fa::shift_logits).
+// One backward pass on fresh inputs (seeded), every gradient element checked, after the
+// forward pass `from`. A non-zero `logit`: every logit moved to about that value
+// (fa::shift_logits).
 Run run_and_check(const fa::AttentionProblem& p, uint64_t seed, float magnitude = 1.0f,
-                  Backward backward = fa::backward::attention_backward, bool forward_on_device = false,
+                  Backward backward = fa::backward::attention_backward, Forward from = Forward::reference,
                   double logit = 0.0) {
   fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
   if (logit != 0.0) fa::shift_logits(in, p.dim, p.scale, p.dtype, logit);
   const std::vector<float> d_o = fa::random_output_gradient(p, seed);
   const auto q_n = static_cast<size_t>(p.q_elems()), kv_n = static_cast<size_t>(p.kv_elems());
   fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), g(d_o), o(q_n), lse(static_cast<size_t>(p.rows()));
-  if (forward_on_device) {
-    fa::flash2::attention(p, q.data(), k.data(), v.data(), o.data(), lse.data());
+  fa::DeviceBuffer<fa::flash2::RowStats> stats(from == Forward::stage05_stats ? static_cast<size_t>(p.rows()) : 0);
+  if (from != Forward::reference) {
+    stats.fill_bytes(fa::kPoisonByte);
+    fa::flash2::attention(p, q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr,
+                          from == Forward::stage05_stats ? stats.data() : nullptr);
   } else {
     const fa::AttentionRows<double> fwd = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(),
                                                                   fa::all_rows(p));
@@ -72,7 +82,9 @@ Run run_and_check(const fa::AttentionProblem& p, uint64_t seed, float magnitude 
   fa::DeviceBuffer<unsigned char> ws(fa::backward::workspace_bytes(p));
   for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(fa::kPoisonByte);  // an element never written stays NaN
   ws.fill_bytes(fa::kPoisonByte);
-  backward(p, {q.data(), k.data(), v.data(), o.data(), g.data(), lse.data(), dq.data(), dk.data(), dv.data()},
+  backward(p,
+           {q.data(), k.data(), v.data(), o.data(), g.data(), lse.data(), dq.data(), dk.data(), dv.data(),
+            from == Forward::stage05_stats ? stats.data() : nullptr},
            ws.data());
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   Run r;
@@ -128,13 +140,14 @@ TEST_CASE("stage 10: large-magnitude logits stay finite and accurate", "[stage10
 TEST_CASE("stage 10: rows whose logits are all far below zero, over ragged key tiles", "[stage10]") {
   // Every logit near −300, so lse ≈ −300 too: P = exp(S − lse) of a key column past the end
   // of a ragged tile, were it scored (its zero-filled K gives S = 0), would be e^300 = inf,
-  // and inf·0 would make dQ NaN. O and lse from the reference, then from stage 05's kernel.
+  // and inf·0 would make dQ NaN. O and the statistics from the reference, then from stage
+  // 05's kernel (its lse; its m and 1/l).
   uint64_t seed = 1200;
-  for (bool on_device : {false, true}) {
+  for (Forward from : {Forward::reference, Forward::stage05_lse, Forward::stage05_stats}) {
     for (bool causal : {false, true}) {
       for (int64_t d : {64, 128}) {
         const fa::AttentionProblem p = fa::make_problem(1, 2, 70, causal ? 70 : 130, d, 0.0, causal);
-        const Run r = run_and_check(p, ++seed, 1.0f, fa::backward::attention_backward, on_device, -300.0);
+        const Run r = run_and_check(p, ++seed, 1.0f, fa::backward::attention_backward, from, -300.0);
         require_finite(r.got);
         require_passed(p, r.check);
       }
@@ -143,14 +156,15 @@ TEST_CASE("stage 10: rows whose logits are all far below zero, over ragged key t
 }
 
 TEST_CASE("stage 10: large logits after stage 05's forward kernel", "[stage10]") {
-  // The lse now carries stage 05's rounding of S, and the backward pass rounds S again in
-  // another order: at logits in the thousands each costs P a relative error of about
-  // 1e-4, which the tolerance allows (check_attention_backward) and a real bug exceeds.
+  // Logits in the thousands, O and the statistics from stage 05's kernel: its lse alone
+  // (rounded to float32, as any forward stage hands it over), and its m and 1/l.
   uint64_t seed = 90;
-  for (bool causal : {false, true}) {
-    for (int64_t d : {64, 128}) {
-      const fa::AttentionProblem p = fa::make_problem(1, 2, 100, 150, d, 0.0, causal);
-      require_passed(p, run_and_check(p, ++seed, 30.0f, fa::backward::attention_backward, true).check);
+  for (Forward from : {Forward::stage05_lse, Forward::stage05_stats}) {
+    for (bool causal : {false, true}) {
+      for (int64_t d : {64, 128}) {
+        const fa::AttentionProblem p = fa::make_problem(1, 2, 100, 150, d, 0.0, causal);
+        require_passed(p, run_and_check(p, ++seed, 30.0f, fa::backward::attention_backward, from).check);
+      }
     }
   }
 }
@@ -162,45 +176,75 @@ double max_abs_err(const std::vector<float>& got, const std::vector<double>& wan
   return e;
 }
 
+// ‖got − want‖₂: a systematic error (every element of a row off in one direction) counts in
+// full here, where the largest single error hides it among the rounding of the largest terms.
+double norm_err(const std::vector<float>& got, const std::vector<double>& want) {
+  double e = 0;
+  for (size_t i = 0; i < got.size(); ++i) e += std::pow(static_cast<double>(got[i]) - want[i], 2);
+  return std::sqrt(e);
+}
+
 TEST_CASE("stage 10: after stage 05's forward, large logits cost no more than float32 does", "[stage10]") {
-  // Stage 10 rebuilds P = exp(S − lse) with S computed bit for bit as stage 05 computed it
-  // (Q scaled by scale·log2 e, the same order of the sum), so S − lse leaves only lse's own
-  // rounding, which a float32 backward that computes S once (the baseline) has too. S
-  // recomputed in another order adds a few units of S's last place to every exponent: at
-  // logits up to ~1000 that made dV 5.5 to 29 times less accurate than the baseline over
-  // these eight problems on the CPU backend, where it is now 0.9 to 2.8 times (dQ and dK
-  // 0.3 to 2.9, from 0.2 to 3.9). 4 times is allowed.
+  // Stage 10 rebuilds P with S computed bit for bit as stage 05 computed it (Q scaled by
+  // scale·log2 e, the same order of the sum). From stage 05's m and 1/l, P = 2^(S − m)/l
+  // has only float32's rounding of its own terms, as a float32 backward that computes S
+  // once (the baseline) has. From its lse alone, lse's own rounding (up to 3e-5 at
+  // |lse| ~ 1000) moves the whole row's P together, and so the whole row of dV.
+  //
+  // Measured over these eight problems on the CPU backend, as error / the baseline's error
+  // (the largest element's; the norm of all):
+  //   m and 1/l: largest 0.27-2.5, norm 0.21-1.2 (dV: 0.50-0.92 and 0.40-1.2);
+  //   lse alone: largest 0.33-2.9, norm 0.21-3.5 (dV: 0.95-2.8 and 1.2-3.5).
+  // On the H100, whose ex2.approx rounds P a little more, benchmarks/large_logits.py found
+  // dV's norm from m and 1/l at up to 2.0 times in 32 runs. The largest element's error is
+  // S's own rounding in a few products, and both are held to 4 times it. The norm is held to
+  // 2.5 times from m and 1/l, and the test requires that lse alone passes 2.5 times in dV's
+  // norm somewhere: a bound that lse's rounding fails.
   uint64_t seed = 300;
+  double lse_dv_norm = 0;  // the largest ratio of dV's norm error from lse alone
   for (bool causal : {false, true}) {
     for (int64_t d : {64, 128}) {
       for (float magnitude : {10.0f, 30.0f}) {
-        const fa::AttentionProblem p = fa::make_problem(1, 2, 100, 150, d, 0.0, causal);
-        const Run r = run_and_check(p, ++seed, magnitude, fa::backward::attention_backward, true);
-        const fa::AttentionGradients<double> want =
-            fa::reference_attention_backward(p, r.in.q.data(), r.in.k.data(), r.in.v.data(), r.d_o.data());
-        const fa::AttentionGradients<float> base =
-            fa::baseline_attention_backward_fp32(p, r.in.q.data(), r.in.k.data(), r.in.v.data(), r.d_o.data());
-        INFO(fa::describe(p) << ", inputs in [-" << magnitude << ", " << magnitude << "]");
-        const struct {
-          const char* name;
-          const std::vector<float>&got, &base;
-          const std::vector<double>& want;
-        } grads[] = {{"dQ", r.got.dq, base.dq, want.dq}, {"dK", r.got.dk, base.dk, want.dk},
-                     {"dV", r.got.dv, base.dv, want.dv}};
-        for (const auto& g : grads) {
-          const double got_err = max_abs_err(g.got, g.want), base_err = max_abs_err(g.base, g.want);
-          INFO(g.name << ": largest error " << got_err << ", the float32 baseline's " << base_err);
-          CHECK(got_err <= 4.0 * base_err);
+        ++seed;
+        for (Forward from : {Forward::stage05_lse, Forward::stage05_stats}) {
+          const bool stats = from == Forward::stage05_stats;
+          const fa::AttentionProblem p = fa::make_problem(1, 2, 100, 150, d, 0.0, causal);
+          const Run r = run_and_check(p, seed, magnitude, fa::backward::attention_backward, from);
+          const fa::AttentionGradients<double> want =
+              fa::reference_attention_backward(p, r.in.q.data(), r.in.k.data(), r.in.v.data(), r.d_o.data());
+          const fa::AttentionGradients<float> base =
+              fa::baseline_attention_backward_fp32(p, r.in.q.data(), r.in.k.data(), r.in.v.data(), r.d_o.data());
+          INFO(fa::describe(p) << ", inputs in [-" << magnitude << ", " << magnitude << "], from stage 05's "
+                               << (stats ? "m and 1/l" : "lse"));
+          const struct {
+            const char* name;
+            const std::vector<float>&got, &base;
+            const std::vector<double>& want;
+          } grads[] = {{"dQ", r.got.dq, base.dq, want.dq}, {"dK", r.got.dk, base.dk, want.dk},
+                       {"dV", r.got.dv, base.dv, want.dv}};
+          for (const auto& g : grads) {
+            const double got_max = max_abs_err(g.got, g.want), base_max = max_abs_err(g.base, g.want);
+            const double got_norm = norm_err(g.got, g.want), base_norm = norm_err(g.base, g.want);
+            INFO(g.name << ": largest error " << got_max << ", the float32 baseline's " << base_max
+                        << "; norm of the error " << got_norm << ", the baseline's " << base_norm);
+            CHECK(got_max <= 4.0 * base_max);
+            if (stats) CHECK(got_norm <= 2.5 * base_norm);
+            if (!stats && g.name == std::string("dV") && magnitude == 30.0f) {
+              lse_dv_norm = std::max(lse_dv_norm, got_norm / base_norm);
+            }
+          }
         }
       }
     }
   }
+  INFO("dV's norm error from lse alone, at most " << lse_dv_norm << " times the baseline's");
+  CHECK(lse_dv_norm > 2.5);
 }
 
 TEST_CASE("stage 10: after stage 05's forward kernel, as in training", "[stage10]") {
   for (bool causal : {false, true}) {
     const fa::AttentionProblem p = fa::make_problem(2, 3, 200, 150, 64, 0.0, causal);
-    require_passed(p, run_and_check(p, 21, 1.0f, fa::backward::attention_backward, /*forward_on_device=*/true).check);
+    require_passed(p, run_and_check(p, 21, 1.0f, fa::backward::attention_backward, Forward::stage05_stats).check);
   }
 }
 
@@ -266,7 +310,7 @@ TEST_CASE("stage 10: every variant matches the reference", "[stage10][variants]"
         require_passed(p, run_and_check(p, ++seed, 1.0f, v.run).check);
         // Logits all far below zero over a ragged key tile; one query or one key.
         const fa::AttentionProblem low = fa::make_problem(1, 2, 70, causal ? 70 : 130, d, 0.0, causal);
-        require_passed(low, run_and_check(low, ++seed, 1.0f, v.run, false, -300.0).check);
+        require_passed(low, run_and_check(low, ++seed, 1.0f, v.run, Forward::reference, -300.0).check);
         const fa::AttentionProblem one = fa::make_problem(1, 2, 1, causal ? 1 : 257, d, 0.0, causal);
         require_passed(one, run_and_check(one, ++seed, 1.0f, v.run).check);
       }

@@ -65,11 +65,11 @@ class _Library:
         lib = ctypes.CDLL(path)
         lib.fa_stages_error.restype = ctypes.c_char_p
         lib.fa_stages_forward.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
-            ctypes.c_double, ctypes.c_int] + [_ptr] * 7 + [ctypes.c_int, _ptr]
+            ctypes.c_double, ctypes.c_int] + [_ptr] * 8 + [ctypes.c_int, _ptr]
         lib.fa_stages_forward_workspace.argtypes = [ctypes.c_char_p, ctypes.c_int] + [_i64] * 5 + [
             ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_backward.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int] + [_i64] * 5 + [
-            ctypes.c_double, ctypes.c_int] + [_ptr] * 11 + [ctypes.c_int, _ptr]
+            ctypes.c_double, ctypes.c_int] + [_ptr] * 12 + [ctypes.c_int, _ptr]
         lib.fa_stages_backward_workspace.argtypes = [ctypes.c_int] + [_i64] * 5 + [ctypes.c_int, ctypes.POINTER(_i64)]
         lib.fa_stages_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         lib.fa_stages_backward_stage.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, _i64, ctypes.c_int,
@@ -260,11 +260,13 @@ def forward(q, k, v, causal=False, scale=None, stage="auto"):
     Stages 01 and 02 keep no statistics: their log-sum-exp comes from stage 03's kernel on
     the same inputs. Stage 04's is m + log(l) from the m and l it keeps in device memory.
     """
-    return _forward(q, k, v, causal, scale, _check(q, k, v, causal, scale, stage))
+    return _forward(q, k, v, causal, scale, _check(q, k, v, causal, scale, stage))[:2]
 
 
-def _forward(q, k, v, causal, scale, stage):
-    """forward() on checked input."""
+def _forward(q, k, v, causal, scale, stage, want_stats=False):
+    """forward() on checked input: O, lse and, for stage 05 where `want_stats`, each row's m
+    and 1/l ([B, H, Nq, 2] float32; else None), from which stage 10 rebuilds P exactly at
+    large logits, where a float32 lse is rounded (stages/10_backward/README.md)."""
     lib, index, stream = _where(q)
     b, h, nq, d = q.shape
     nkv = k.shape[2]
@@ -282,15 +284,16 @@ def _forward(q, k, v, causal, scale, stage):
         q, k, v = _ready(q), _ready(k), _ready(v)
         o, strides = torch.empty_like(q), None
     lse = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
+    stats = torch.empty((b, h, nq, 2), dtype=torch.float32, device=q.device) if want_stats and stage == "05" else None
     lib.check(lib.forward(stage.encode(), code, *sizes, float(scale or 0.0), int(causal), q.data_ptr(), k.data_ptr(),
-                          v.data_ptr(), o.data_ptr(), lse.data_ptr(), strides,
-                          workspace.data_ptr() if workspace is not None else None, index, stream))
+                          v.data_ptr(), o.data_ptr(), lse.data_ptr(), stats.data_ptr() if stats is not None else None,
+                          strides, workspace.data_ptr() if workspace is not None else None, index, stream))
     if stage == "04":
-        stats = workspace[: 2 * b * h * nq * 4].view(torch.float32)
-        lse = (stats[: b * h * nq] + torch.log(stats[b * h * nq:])).view(b, h, nq)
+        m_l = workspace[: 2 * b * h * nq * 4].view(torch.float32)
+        lse = (m_l[: b * h * nq] + torch.log(m_l[b * h * nq:])).view(b, h, nq)
     elif stage not in _LSE_STAGES:
-        _, lse = _forward(q.float(), k.float(), v.float(), causal, scale, "03")
-    return o, lse
+        _, lse, _ = _forward(q.float(), k.float(), v.float(), causal, scale, "03")
+    return o, lse, stats
 
 
 def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", deterministic=False):
@@ -304,6 +307,11 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", de
     only stage 13 does (float16 and bfloat16, d = 64 or 128, a Hopper GPU or the CPU
     backend); elsewhere ValueError. dK and dV are the same on every run in any case.
     """
+    return _backward(q, k, v, o, lse, grad_o, causal, scale, stage, deterministic=deterministic, stats=None)
+
+
+def _backward(q, k, v, o, lse, grad_o, causal, scale, stage, deterministic, stats):
+    """backward(), and with `stats` (stage 05's m and 1/l of each row, or None) for stage 10."""
     if stage not in BACKWARD_STAGES:
         raise ValueError("fa_stages: no backward stage %r; choose \"auto\" or one of %s"
                          % (stage, ", ".join(s for s in BACKWARD_STAGES if s != "auto")))
@@ -329,12 +337,15 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", de
     if dtype == torch.float32:  # stage 10 reads contiguous tensors
         q, k, v, o, grad_o = (_ready(t) for t in (q, k, v, o, grad_o))
         strides = None
+        stats = _ready(stats) if stats is not None and stats.numel() else None
     else:  # stages 11 and 13 read them where they lie
         (q, k, v, o, grad_o), strides = _strided(q, k, v, o, grad_o)
+        stats = None
     dq, dk, dv = (torch.empty(t.shape, dtype=dtype, device=q.device) for t in (q, k, v))
     lib.check(lib.backward(stage.encode(), int(bool(deterministic)), code, *sizes, float(scale or 0.0), int(causal),
                            q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), grad_o.data_ptr(), lse.data_ptr(),
-                           dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), strides, workspace.data_ptr(), index, stream))
+                           stats.data_ptr() if stats is not None else None, dq.data_ptr(), dk.data_ptr(),
+                           dv.data_ptr(), strides, workspace.data_ptr(), index, stream))
     return dq, dk, dv
 
 
@@ -367,20 +378,22 @@ _deterministic_here = {}  # (dtype, d, device) -> "" where a deterministic backw
 
 class _Attention(torch.autograd.Function):
     """The forward pass keeps O and the log-sum-exp (B·H·Nq floats), not P: the backward
-    pass recomputes P = exp(scale·Q·Kᵀ − lse) tile by tile from them."""
+    pass recomputes P = exp(scale·Q·Kᵀ − lse) tile by tile from them. After stage 05 it
+    keeps each row's m and 1/l as well, from which stage 10 rebuilds P without lse's
+    rounding."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, stage):
-        o, lse = _forward(q, k, v, causal, scale, stage)  # attention() has checked the input
-        ctx.save_for_backward(q, k, v, o, lse)
+        o, lse, stats = _forward(q, k, v, causal, scale, stage, want_stats=True)  # attention() checked the input
+        ctx.save_for_backward(q, k, v, o, lse, stats)
         ctx.causal, ctx.scale = causal, scale
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = backward(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale,
-                              deterministic=_deterministic_wanted(q))
+        q, k, v, o, lse, stats = ctx.saved_tensors
+        dq, dk, dv = _backward(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale, "auto",
+                               deterministic=_deterministic_wanted(q), stats=stats)
         return dq, dk, dv, None, None, None
 
 
@@ -398,24 +411,29 @@ def _compiling():
 
 if CUSTOM_OPS:
 
+    # The forward operator returns O, lse and stage 05's m and 1/l of each row ([B, H, Nq, 2];
+    # an empty tensor after other stages), which the backward operator hands stage 10.
     @torch.library.custom_op("fa_stages::forward", mutates_args=())
     def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                    stage: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return forward(q, k, v, causal, scale or None, stage)
+                    stage: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        o, lse, stats = _forward(q, k, v, causal, scale or None, stage, want_stats=True)
+        return o, lse, stats if stats is not None else q.new_empty((0,), dtype=torch.float32)
 
     @_forward_op.register_fake
     def _(q, k, v, causal, scale, stage):  # O laid out as _forward lays it out
         o = _output_like(q) if stage in _STRIDED_STAGES else torch.empty_like(q, memory_format=torch.contiguous_format)
-        return o, q.new_empty(q.shape[:3], dtype=torch.float32)
+        stats_shape = (*q.shape[:3], 2) if stage == "05" else (0,)
+        return o, q.new_empty(q.shape[:3], dtype=torch.float32), q.new_empty(stats_shape, dtype=torch.float32)
 
     @torch.library.custom_op("fa_stages::backward", mutates_args=())
     def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                     grad_o: torch.Tensor, causal: bool, scale: float,
+                     stats: torch.Tensor, grad_o: torch.Tensor, causal: bool, scale: float,
                      deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return backward(q, k, v, o, lse, grad_o, causal, scale or None, deterministic=deterministic)
+        return _backward(q, k, v, o, lse, grad_o, causal, scale or None, "auto", deterministic=deterministic,
+                         stats=stats)
 
     @_backward_op.register_fake
-    def _(q, k, v, o, lse, grad_o, causal, scale, deterministic):  # contiguous, as backward() writes them
+    def _(q, k, v, o, lse, stats, grad_o, causal, scale, deterministic):  # contiguous, as backward() writes them
         return tuple(t.new_empty(t.shape) for t in (q, k, v))
 
     def _setup_context(ctx, inputs, output):
@@ -423,9 +441,9 @@ if CUSTOM_OPS:
         ctx.save_for_backward(q, k, v, *output)
         ctx.causal, ctx.scale = causal, scale
 
-    def _backward_of_forward(ctx, grad_o, _grad_lse):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_op(q, k, v, o, lse, grad_o, ctx.causal, ctx.scale, _deterministic_wanted(q))
+    def _backward_of_forward(ctx, grad_o, _grad_lse, _grad_stats):
+        q, k, v, o, lse, stats = ctx.saved_tensors
+        dq, dk, dv = _backward_op(q, k, v, o, lse, stats, grad_o, ctx.causal, ctx.scale, _deterministic_wanted(q))
         return dq, dk, dv, None, None, None
 
     _forward_op.register_autograd(_backward_of_forward, setup_context=_setup_context)

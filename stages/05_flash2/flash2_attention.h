@@ -25,6 +25,18 @@ constexpr int Bc = 64;  ///< key/value rows per tile
 std::size_t shared_bytes(int64_t d);
 
 /**
+ * One query row's softmax statistics as this stage ends with them: the largest score m, in
+ * the base-2 units the kernel scores in (Q pre-scaled by scale·log2(e)), and 1/l, with l =
+ * Σ 2^(S − m). Stage 10 rebuilds P = 2^(S − m)·(1/l) from them, exact to float32's rounding
+ * of its own S even at large logits, where a float32 log-sum-exp m·ln 2 + ln l rounds m away
+ * (stage 10's README: large logits). A row left with no key gets m = 0 and 1/l = 0.
+ */
+struct RowStats {
+  float m;      ///< the row's largest score, base 2: max_j scale·log2(e)·q·k_j as the kernel rounds it
+  float inv_l;  ///< 1 / Σ_j 2^(S_j − m)
+};
+
+/**
  * O = softmax(scale·Q·Kᵀ)·V, FlashAttention-2 style: one block per (Q tile, batch·head),
  * all independent; Q tile loaded once, K/V tiles streamed through shared memory; m, l
  * and the unnormalised O stay on chip; O divided by l once at the end.
@@ -34,9 +46,10 @@ std::size_t shared_bytes(int64_t d);
  *        Br × Bc, the tiles: ⌈Nq/Br⌉·⌈Nkv/Bc⌉ flags in device memory, row-major, shared by
  *        every head; a K/V tile whose flag is 0 is skipped for that Q tile. A row left with
  *        no key gets O = 0 and log-sum-exp −inf.
+ * \param stats if not null, receives each query row's RowStats (B·H·Nq of them), for stage 10.
  */
 void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O,
-               float* lse = nullptr, const uint8_t* block_mask = nullptr);
+               float* lse = nullptr, const uint8_t* block_mask = nullptr, RowStats* stats = nullptr);
 
 /// HBM bytes this loop order moves according to the IO model (see the README).
 double hbm_bytes_model(const AttentionProblem& p);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/problem.h"
+#include "stages/05_flash2/flash2_attention.h"
 
 namespace fa::backward {
 
@@ -34,13 +35,18 @@ struct Tensors {
   float* dq;         ///< [B, H, Nq, d], written
   float* dk;         ///< [B, H, Nkv, d], written
   float* dv;         ///< [B, H, Nkv, d], written
+  /// [B, H, Nq] or null: stage 05's m and 1/l of each row, when O came from stage 05. P is
+  /// then rebuilt from them and `lse` is not read: exact at large logits, where a float32
+  /// lse is not (the README's section on large logits).
+  const flash2::RowStats* stats = nullptr;
 };
 
 /**
  * The gradients of attention, FlashAttention-2 style: D = rowsum(dO ∘ O) in one kernel
  * (which also zeroes dQ and writes Q' = scale·log2(e)·Q, so that S is stage 05's S bit for
  * bit), then one block per (K/V tile, batch·head) that loops over the Q
- * tiles, recomputes P = exp(scale·Q·Kᵀ − lse) tile by tile, keeps dK and dV of its tile in
+ * tiles, recomputes P = exp(scale·Q·Kᵀ − lse) (or 2^(S − m)/l from stage 05's RowStats)
+ * tile by tile, keeps dK and dV of its tile in
  * registers, and adds its share of dQ into HBM with atomics. Causal is top-left, as in the
  * forward stages; tiles above the diagonal are skipped.
  * \param p the problem (fp32); \param t the tensors;

@@ -29,7 +29,7 @@ fa::BackwardStageRun typed(bw::BackwardRun run) {
     run(p,
         {static_cast<const float*>(t.q), static_cast<const float*>(t.k), static_cast<const float*>(t.v),
          static_cast<const float*>(t.o), static_cast<const float*>(t.d_o), t.lse, static_cast<float*>(t.dq),
-         static_cast<float*>(t.dk), static_cast<float*>(t.dv)},
+         static_cast<float*>(t.dk), static_cast<float*>(t.dv), static_cast<const fa::flash2::RowStats*>(t.stats)},
         ws);
   };
 }
@@ -44,10 +44,15 @@ fa::BackwardStageDemo describe() {
       "checks the gradients against a float64 CPU reference and reports the backward pass's median time.";
   s.dtypes = {fa::DType::F32};
   s.forward_name = "stage 05";
-  s.forward = [](const fa::AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse) {
+  // Stage 05 hands over each row's m and 1/l as well, from which P is rebuilt exactly at
+  // large logits (the README's section on them).
+  s.forward = [](const fa::AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                 void* stats) {
     fa::flash2::attention(p, static_cast<const float*>(q), static_cast<const float*>(k),
-                          static_cast<const float*>(v), static_cast<float*>(o), lse);
+                          static_cast<const float*>(v), static_cast<float*>(o), lse, nullptr,
+                          static_cast<fa::flash2::RowStats*>(stats));
   };
+  s.stats_bytes = sizeof(fa::flash2::RowStats);
   s.run = typed(bw::attention_backward);
   for (const fa::Variant<bw::BackwardRun>& v : bw::variants()) s.variants.push_back({v.name, v.summary, typed(v.run)});
   s.workspace_bytes = bw::workspace_bytes;

@@ -33,7 +33,8 @@ fa::BackwardStageDemo describe() {
       "checks the gradients against a float64 CPU reference and reports the backward pass's median time.";
   s.dtypes = {fa::DType::F16, fa::DType::BF16};
   s.forward_name = "stage 08";
-  s.forward = [](const fa::AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse) {
+  s.forward = [](const fa::AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                 void* /*stats: none*/) {
     fa::hopper::attention(p, q, k, v, o, lse);
   };
   s.run = [](const fa::AttentionProblem& p, const fa::BackwardTensors& t, void* ws) {

@@ -95,8 +95,8 @@ __device__ float row_sum(float x) {
 /// its loop, which cost it 10% on the H100).
 template <int D, bool SPARSE>
 __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const float* K, const float* V, float* O,
-                                                         float* lse, int64_t seq_q, int64_t seq_kv, float scale,
-                                                         bool causal, const uint8_t* block_mask) {
+                                                         float* lse, RowStats* stats, int64_t seq_q, int64_t seq_kv,
+                                                         float scale, bool causal, const uint8_t* block_mask) {
   using L = Layout<D>;
   extern __shared__ float smem[];
   float* Qs = smem;                 // [Br][QS]  the Q tile, pre-scaled
@@ -202,6 +202,13 @@ __global__ void __launch_bounds__(THREADS) flash2_kernel(const float* Q, const f
 
   // Divide by l once, and write O and the log-sum-exp: the only writes to HBM.
   // TODO(exercise 05-normalise): divide each row of O by l once, write it, and write its log-sum-exp in natural units
+  // m and 1/l themselves, for stage 10: in float32, lse = 1000 is rounded by up to 3e-5,
+  // which would move the whole row's P by as much (stage 10's README: large logits).
+  for (int ii = 0; ii < ROWS && stats && tx == 0; ++ii) {
+    const int r = ROWS * ty + ii;
+    const bool seen = l_run[ii] > 0.0f;
+    if (r < q_valid) stats[bh * seq_q + i0 + r] = {seen ? m_run[ii] : 0.0f, seen ? 1.0f / l_run[ii] : 0.0f};
+  }
   FA_TRACE(store(lse ? "O, lse" : "O", i0, q_valid));
 }
 
@@ -209,7 +216,7 @@ namespace {
 
 template <int D>
 void launch(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse,
-            const uint8_t* block_mask) {
+            const uint8_t* block_mask, RowStats* stats) {
   const std::size_t smem = shared_bytes(D);
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
   for (const auto kernel : {flash2_kernel<D, false>, flash2_kernel<D, true>}) {
@@ -217,9 +224,11 @@ void launch(const AttentionProblem& p, const float* Q, const float* K, const flo
   }
   const unsigned blocks = q_tile_grid(p, Br, "stage 05");
   if (block_mask) {
-    flash2_kernel<D, true><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv, p.scale, p.causal, block_mask);
+    flash2_kernel<D, true><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, stats, p.seq_q, p.seq_kv, p.scale, p.causal,
+                                                     block_mask);
   } else {
-    flash2_kernel<D, false><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, p.seq_q, p.seq_kv, p.scale, p.causal, nullptr);
+    flash2_kernel<D, false><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, stats, p.seq_q, p.seq_kv, p.scale, p.causal,
+                                                      nullptr);
   }
   FA_CHECK_LAUNCH("flash2_kernel");
 }
@@ -235,8 +244,8 @@ double hbm_bytes_model(const AttentionProblem& p) {
 }
 
 void attention(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse,
-               const uint8_t* block_mask) {
-  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value>(p, Q, K, V, O, lse, block_mask); });
+               const uint8_t* block_mask, RowStats* stats) {
+  with_head_dim(p.dim, [&](auto D) { launch<decltype(D)::value>(p, Q, K, V, O, lse, block_mask, stats); });
 }
 
 }  // namespace fa::flash2

@@ -98,7 +98,7 @@ struct Layout {
   /// Row stride of the P and dS tiles: +16 puts two adjacent rows half a bank row apart,
   /// so the two rows a warp writes (or reads) at once never share a bank.
   static constexpr int PS = Bc + 16;
-  static constexpr int floats = (Bc + Bc + Br + Br) * DS + 2 * Br * PS + 2 * Br;  ///< the block's shared memory
+  static constexpr int floats = (Bc + Bc + Br + Br) * DS + 2 * Br * PS + 3 * Br;  ///< the block's shared memory
   static constexpr int VEC = D >= 64 ? 4 : D / 16;  ///< adjacent columns of d a thread owns (1, 2 or 4)
   static constexpr int DCOLS = D / TX;             ///< columns of d a thread owns
   /// Blocks a multiprocessor should hold: two at d ≤ 64 (ptxas keeps 128 registers a
@@ -208,9 +208,9 @@ __global__ void __launch_bounds__(THREADS) compute_D_kernel(const float* O, cons
 /// S is the configuration (tuning.h), Tuned for the finished kernel.
 template <int D, class S>
 __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
-    dkdv_kernel(const float* Q, const float* K, const float* V, const float* dO, const float* lse, const float* Dvec,
-                float* dQ, float* dK, float* dV, int64_t seq_q, int64_t seq_kv, float scale, float q_scale,
-                bool causal) {
+    dkdv_kernel(const float* Q, const float* K, const float* V, const float* dO, const float* lse,
+                const flash2::RowStats* stats, const float* Dvec, float* dQ, float* dK, float* dV, int64_t seq_q,
+                int64_t seq_kv, float scale, float q_scale, bool causal) {
   using L = Layout<D>;
   constexpr int DCOLS = L::DCOLS;
   extern __shared__ __align__(16) float smem[];
@@ -220,8 +220,9 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   float* dOs = Qs + Br * L::DS;     // [Br][DS]  the current dO tile
   float* Ps = dOs + Br * L::DS;     // [Br][PS]  P, written by group 0
   float* dSs = Ps + Br * L::PS;     // [Br][PS]  dS, written by group 1
-  float* lse_s = dSs + Br * L::PS;  // [Br]      the Q tile's lse
-  float* D_s = lse_s + Br;          // [Br]      the Q tile's D
+  float* shift_s = dSs + Br * L::PS;  // [Br]    the Q tile's lse, or its m (with stats)
+  float* inv_s = shift_s + Br;        // [Br]    1, or the Q tile's 1/l (with stats)
+  float* D_s = inv_s + Br;            // [Br]    the Q tile's D
 
   const int group = threadIdx.x / GROUP;  // 0: S, P and dV; 1: dP, dS and dK
   const int tx = threadIdx.x % TX, gy = threadIdx.x % GROUP / TX, qy = threadIdx.x / TX;
@@ -230,7 +231,9 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   const int64_t j0 = (blockIdx.x % kv_tiles) * Bc;
   const float* Qh = Q + bh * seq_q * D;
   const float* dOh = dO + bh * seq_q * D;
-  const float* lse_h = lse + bh * seq_q;
+  // P = 2^(fmaf(−shift, shift_units, S))·inv: from lse, 2^(S − lse·log2(e)); from stage 05's
+  // statistics, 2^(S − m)/l, whose S − m is exact (S is stage 05's S) and needs no float lse.
+  const float shift_units = stats ? 1.0f : LOG2E;
   const float* D_h = Dvec + bh * seq_q;
   float* dQh = dQ + bh * seq_q * D;
 
@@ -250,14 +253,16 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   float grad[KEYS][DCOLS] = {};
 
   // Starts loading the Q tile at query i0: Q_i and dO_i by cp.async (waited for at the top
-  // of its loop pass), lse_i and D_i by plain loads.
+  // of its loop pass), lse_i (or m_i and 1/l_i) and D_i by plain loads.
   auto load_q_tile = [&](int64_t i0) {
     const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
     load_tile<D, S>(Qs, L::DS, Qh + i0 * D, Br, q_valid);
     load_tile<D, S>(dOs, L::DS, dOh + i0 * D, Br, q_valid);
     pipe::cp_async_commit();
     for (int r = threadIdx.x; r < Br; r += THREADS) {
-      lse_s[r] = r < q_valid ? lse_h[i0 + r] : 0.0f;
+      const int64_t row = bh * seq_q + i0 + r;
+      shift_s[r] = r >= q_valid ? 0.0f : stats ? stats[row].m : lse[row];
+      inv_s[r] = r >= q_valid ? 0.0f : stats ? stats[row].inv_l : 1.0f;
       D_s[r] = r < q_valid ? D_h[i0 + r] : 0.0f;
     }
   };
@@ -272,7 +277,8 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
     __syncthreads();           // everyone's: Q_i, dO_i, lse_i, D_i, K_j, V_j are in shared memory
 
     // Group 0: S = Q'_i·K_jᵀ in base-2 units, then P = exp(S − lse) = 2^(S − lse·log2(e)),
-    // the exponent one fused multiply-add: S and lse·log2(e) cancel before it rounds.
+    // the exponent one fused multiply-add: S and lse·log2(e) cancel before it rounds (with
+    // stage 05's statistics, 2^(S − m)·(1/l)).
     // Group 1: dP = dO_i·V_jᵀ, kept in registers until P is there. Masked entries (past Nq
     // or Nkv, or above the causal diagonal) get P = 0, and so dS = 0.
     float s[S_ROWS][S_COLS] = {};
@@ -287,10 +293,11 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
         int last = kv_valid - 1;
         if (causal && own < last) last = static_cast<int>(own);
         if (r >= q_valid) last = -1;
-        const float lse_r = lse_s[r];
+        const float shift_r = shift_s[r], inv_r = inv_s[r];
         for (int jj = 0; jj < S_COLS; ++jj) {
           const int c = tx + TX * jj;
-          Ps[r * L::PS + c] = c <= last ? dev::fast_exp2<S::fast_exp>(fmaf(-lse_r, LOG2E, s[ii][jj])) : 0.0f;
+          const float e = dev::fast_exp2<S::fast_exp>(fmaf(-shift_r, shift_units, s[ii][jj]));
+          Ps[r * L::PS + c] = c <= last ? e * inv_r : 0.0f;
           FA_TRACE(keyed("P", {blockIdx.x, i0, r}, c, Bc, Ps[r * L::PS + c]));  // this tile pair's P, dP and dS
         }
       }
@@ -328,7 +335,7 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
                        (group == 0 ? 1.0f : scale / q_scale) * grad[kk][n]));
       }
     }
-    __syncthreads();  // Q_i, dO_i, lse_i and D_i are read for the last time: the next tile may load
+    __syncthreads();  // Q_i, dO_i, lse_i (or m_i, 1/l_i) and D_i are read for the last time: the next tile may load
 
     // The next Q tile's copies fly while this one's dQ (which reads only dS and K_j) is computed.
     if (S::early_load && i0 + Br < seq_q) load_q_tile(i0 + Br);
@@ -404,7 +411,8 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace) {
   FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   dkdv_kernel<D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
-      ws.Qp, t.k, t.v, t.d_o, t.lse, ws.Dvec, t.dq, t.dk, t.dv, p.seq_q, p.seq_kv, p.scale, q_scale, p.causal);
+      ws.Qp, t.k, t.v, t.d_o, t.lse, t.stats, ws.Dvec, t.dq, t.dk, t.dv, p.seq_q, p.seq_kv, p.scale, q_scale,
+      p.causal);
   FA_CHECK_LAUNCH("dkdv_kernel");
 }
 
@@ -441,7 +449,7 @@ double hbm_bytes_model(const AttentionProblem& p) {
   const double kv_tiles = static_cast<double>((p.seq_kv + Bc - 1) / Bc);
   const double kernel1 = 2 * q + rows + q + 2 * q;         // read O, dO; write D; zero dQ; Q in, Q' out
   const double once = 2 * kv + 2 * kv;                     // read K, V; write dK, dV
-  const double per_kv_tile = 2 * q + 2 * rows + 2 * q;     // read Q', dO, lse, D; read and write dQ
+  const double per_kv_tile = 2 * q + 3 * rows + 2 * q;     // read Q', dO, m and 1/l, D; read and write dQ
   return 4.0 * (kernel1 + once + kv_tiles * per_kv_tile);  // fp32 throughout
 }
 
