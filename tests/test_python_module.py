@@ -137,11 +137,29 @@ def large_logits(device):
         leaves = [t.float().to(device).requires_grad_(True) for t in (q, k, v)]
         fa_stages.attention(*leaves, causal=causal).backward(grad_o.float().to(device))
         grads["fa_stages"] = [t.grad.double().cpu() for t in leaves]
+        # The same by hand: forward(stats=True), then backward(stats=...).
+        with torch.no_grad():
+            o, lse, stats = fa_stages.forward(*leaves, causal=causal, stats=True)
+            manual = fa_stages.backward(*leaves, o, lse, grad_o.float().to(device), causal=causal, stats=stats)
+        grads["fa_stages by hand"] = [t.double().cpu() for t in manual]
         for i, name in enumerate(("dQ", "dK", "dV")):
             want = grads["float64"][i]
-            err, base = ((grads[w][i] - want).norm().item() for w in ("fa_stages", "float32 autograd"))
-            check(err <= 2.5 * base, "float32 at logits in the thousands%s: %s's error %.3g, within 2.5 times "
-                  "float32 autograd's (%.3g)" % (" causal" if causal else "", name, err, base))
+            base = (grads["float32 autograd"][i] - want).norm().item()
+            for way in ("fa_stages", "fa_stages by hand"):
+                err = (grads[way][i] - want).norm().item()
+                check(err <= 2.5 * base, "float32 at logits in the thousands%s, %s: %s's error %.3g, within 2.5 times "
+                      "float32 autograd's (%.3g)" % (" causal" if causal else "", way, name, err, base))
+    # What backward(stats=...) refuses.
+    q, k, v, grad_o = inputs((1, 2, 8, 64), (1, 2, 8, 64), torch.float32, device, 5)
+    with torch.no_grad():
+        o, lse, stats = fa_stages.forward(q, k, v, stats=True)
+        check(stats is not None and tuple(stats.shape) == (1, 2, 8, 2), "forward(stats=True): m and 1/l of each row")
+        check(fa_stages.forward(q, k, v, stage="03", stats=True)[2] is None, "forward(stats=True): None after stage 03")
+        expect_error(ValueError, "must be the float32 [1, 2, 8, 2] tensor",
+                     lambda: fa_stages.backward(q, k, v, o, lse, grad_o, stats=stats[:, :, :4]), "stats of another shape")
+        expect_error(ValueError, "for backward stage 10, float32",
+                     lambda: fa_stages.backward(*(t.half() for t in (q, k, v, o)), lse, grad_o.half(), stats=stats),
+                     "stats with float16 tensors")
 
 
 def auto_backward(device):

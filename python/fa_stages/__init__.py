@@ -254,13 +254,18 @@ def _output_like(q):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-def forward(q, k, v, causal=False, scale=None, stage="auto"):
+def forward(q, k, v, causal=False, scale=None, stage="auto", stats=False):
     """O and the log-sum-exp of each row ([B, H, Nq], float32) by one stage, no autograd.
 
     Stages 01 and 02 keep no statistics: their log-sum-exp comes from stage 03's kernel on
     the same inputs. Stage 04's is m + log(l) from the m and l it keeps in device memory.
+
+    stats: also return stage 05's m and 1/l of each row ([B, H, Nq, 2], float32; None after
+    the other stages), for backward(stats=...): at logits in the thousands they give stage
+    10 its gradients without the rounding of a float32 lse (stages/10_backward/README.md).
     """
-    return _forward(q, k, v, causal, scale, _check(q, k, v, causal, scale, stage))[:2]
+    out = _forward(q, k, v, causal, scale, _check(q, k, v, causal, scale, stage), want_stats=stats)
+    return out if stats else out[:2]
 
 
 def _forward(q, k, v, causal, scale, stage, want_stats=False):
@@ -296,7 +301,7 @@ def _forward(q, k, v, causal, scale, stage, want_stats=False):
     return o, lse, stats
 
 
-def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", deterministic=False):
+def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", deterministic=False, stats=None):
     """dQ, dK and dV in q's dtype. o and grad_o are taken in q's dtype, lse in float32.
 
     stage: "auto" runs stage 10 for float32 (CUDA cores); for float16 and bfloat16, stage 13
@@ -306,8 +311,19 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", de
     deterministic: dQ the same bit for bit on every run (its additions in a fixed order), which
     only stage 13 does (float16 and bfloat16, d = 64 or 128, a Hopper GPU or the CPU
     backend); elsewhere ValueError. dK and dV are the same on every run in any case.
+
+    stats: stage 05's m and 1/l of each row, from forward(..., stats=True), for stage 10
+    (float32), which then rebuilds P from them in place of lse.
     """
-    return _backward(q, k, v, o, lse, grad_o, causal, scale, stage, deterministic=deterministic, stats=None)
+    if stats is not None:
+        b, h, nq = q.shape[:3]
+        if q.dtype != torch.float32 or stage not in ("auto", "10"):
+            raise ValueError("fa_stages: stats (stage 05's m and 1/l) are for backward stage 10, float32")
+        if not isinstance(stats, torch.Tensor) or stats.dtype != torch.float32 or tuple(stats.shape) != (b, h, nq, 2) \
+                or stats.device != q.device:
+            raise ValueError("fa_stages: stats must be the float32 [%d, %d, %d, 2] tensor forward(..., stats=True) "
+                             "returns, on q's device" % (b, h, nq))
+    return _backward(q, k, v, o, lse, grad_o, causal, scale, stage, deterministic=deterministic, stats=stats)
 
 
 def _backward(q, k, v, o, lse, grad_o, causal, scale, stage, deterministic, stats):
