@@ -246,6 +246,17 @@ TEST_CASE("stage 10: after stage 05's forward kernel, as in training", "[stage10
     const fa::AttentionProblem p = fa::make_problem(2, 3, 200, 150, 64, 0.0, causal);
     require_passed(p, run_and_check(p, 21, 1.0f, fa::backward::attention_backward, Forward::stage05_stats).check);
   }
+  // Stage 05's m and 1/l over ragged lengths (one query, one key, partial tiles both ways),
+  // every head dim, causal and not.
+  uint64_t seed = 2100;
+  for (int64_t d : fa::supported_head_dims()) {
+    for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 257}, {7, 64}, {70, 7}, {100, 130}}) {
+      for (bool causal : {false, true}) {
+        const fa::AttentionProblem p = fa::make_problem(1, 2, nq, nkv, d, 0.0, causal);
+        require_passed(p, run_and_check(p, ++seed, 1.0f, fa::backward::attention_backward, Forward::stage05_stats).check);
+      }
+    }
+  }
 }
 
 TEST_CASE("stage 10: the checks catch a planted bug", "[stage10][planted]") {
