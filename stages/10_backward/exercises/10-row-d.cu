@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(THREADS, Layout<D>::MIN_BLOCKS)
   const float* Qh = Q + bh * seq_q * D;
   const float* dOh = dO + bh * seq_q * D;
   // P = 2^(fmaf(−shift, shift_units, S))·inv: from lse, 2^(S − lse·log2(e)); from stage 05's
-  // statistics, 2^(S − m)/l, whose S − m is exact (S is stage 05's S) and needs no float lse.
+  // statistics, 2^(S − m)/l, whose S − m is rounded at its own size, not at the logits' (S is
+  // stage 05's S and m one of its values), and needs no float lse.
   const float shift_units = stats ? 1.0f : LOG2E;
   const float* D_h = Dvec + bh * seq_q;
   float* dQh = dQ + bh * seq_q * D;
