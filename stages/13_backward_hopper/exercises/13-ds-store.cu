@@ -29,7 +29,8 @@
  *             one thread adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32);
  *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured);
  *             deterministic (--variant deterministic): only when Q tile i's flag says it is
- *             K/V tile j's turn, then the turn passed on (the Q tiles taken from the last down)
+ *             K/V tile j's turn, then the turn passed on (the Q tiles taken from the last down;
+ *             with the bulk reduction, in the next tile, once its Sᵀ and dPᵀ are issued)
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -238,6 +239,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     wgmma_commit();
   };
 
+  // Deterministic with the bulk reduction: the flag of the adding thread's last tile, whose
+  // reduction it has yet to see finished and whose turn it has yet to pass on (null: none).
+  // It does both at S::handover: in the next tile once its Sᵀ and dPᵀ are issued, so that the
+  // reduction's round trip through L2 runs under them rather than on the thread's path.
+  int* pending = nullptr;
+  int pending_turn = 0;
+  const auto hand_on = [&](Handover where) {
+    if constexpr (S::deterministic && L::DQ == DqAdd::bulk) {
+      if (where == S::handover && pending) {
+        bulk_wait<0>();                            // the additions are done ...
+        flag_release(pending, pending_turn + 1);   // ... before the next K/V tile's turn
+        pending = nullptr;
+      }
+    }
+  };
+
   for (int n = 0; n < q_tiles; ++n) {  // ---- the only loop: Q tiles ----
     const int i0 = tile_row(n);
     const int buf = n % QB;
@@ -245,6 +262,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const uint8_t* dOs = smem + L::d_o + buf * L::Q_BYTES;
     uint8_t* dSs = smem + L::ds + n % 2 * L::DS_BYTES;
     issue_s_dp(n);
+    if (threadIdx.x == WG) hand_on(Handover::after_issue);
 
     // Sᵀ and dPᵀ are in flight. This thread's queries' lse·log2e is read meanwhile, and D while
     // Pᵀ is computed (kernel 1's workspace, padded to whole tiles: no bounds to check). Read
@@ -376,8 +394,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
         bulk_commit();
         if constexpr (S::deterministic) {
-          bulk_wait<0>();                   // the additions are done ...
-          flag_release(flag(0), turn + 1);  // ... before the next K/V tile's turn
+          // Finished and handed on at S::handover: here, or in the next tile (before its
+          // first barrier, so the reduction has read buffer n % 2 before tile n + 2 writes it).
+          pending = flag(0);
+          pending_turn = turn;
+          hand_on(Handover::at_once);
         } else {
           bulk_wait_read<1>();  // the tile before's reduction has read its buffer
         }
@@ -424,6 +445,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       pass_turn();
     }
   }
+  if (threadIdx.x == WG) hand_on(S::handover);  // the last tile's turn, wherever the handover is
   if (L::DQ == DqAdd::bulk && threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends
 
   // The only writes of dV_w and dK_w, rounded to T: rows past Nkv are not written.
