@@ -381,9 +381,9 @@ FA_API int fa_stages_backward(const char* stage, int deterministic, int dtype, i
     if (s == "10") {
       const auto f = [](const void* x) { return static_cast<const float*>(x); };
       const auto w = [](void* x) { return static_cast<float*>(x); };
-      fa::backward::attention_backward(
-          p, {f(q), f(k), f(v), f(o), f(d_o), lse, w(dq), w(dk), w(dv), static_cast<const fa::flash2::RowStats*>(stats)},
-          workspace);
+      const auto* row_stats = static_cast<const fa::flash2::RowStats*>(stats);
+      fa::backward::attention_backward(p, {f(q), f(k), f(v), f(o), f(d_o), lse, w(dq), w(dk), w(dv), row_stats},
+                                       workspace);
     } else if (s == "11") {
       fa::tc_backward::attention_backward_strided(p, {q, k, v, o, d_o, lse, dq, dk, dv}, workspace,
                                                   layout_of(p, strides, 5));

@@ -156,7 +156,8 @@ def large_logits(device):
         check(stats is not None and tuple(stats.shape) == (1, 2, 8, 2), "forward(stats=True): m and 1/l of each row")
         check(fa_stages.forward(q, k, v, stage="03", stats=True)[2] is None, "forward(stats=True): None after stage 03")
         expect_error(ValueError, "must be the float32 [1, 2, 8, 2] tensor",
-                     lambda: fa_stages.backward(q, k, v, o, lse, grad_o, stats=stats[:, :, :4]), "stats of another shape")
+                     lambda: fa_stages.backward(q, k, v, o, lse, grad_o, stats=stats[:, :, :4]),
+                     "stats of another shape")
         expect_error(ValueError, "for backward stage 10, float32",
                      lambda: fa_stages.backward(*(t.half() for t in (q, k, v, o)), lse, grad_o.half(), stats=stats),
                      "stats with float16 tensors")

@@ -69,8 +69,8 @@ TEST_CASE("stage 05's m and 1/l of each row (RowStats) agree with the reference 
           FA_CUDA_CHECK(cudaDeviceSynchronize());
           const std::vector<fa::flash2::RowStats> got = stats.download();
           const std::vector<float> got_lse = lse.download();
-          const fa::AttentionRows<double> want =
-              fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(), fa::all_rows(p), masked ? &mask : nullptr);
+          const fa::AttentionRows<double> want = fa::reference_attention(p, in.q.data(), in.k.data(), in.v.data(),
+                                                                         fa::all_rows(p), masked ? &mask : nullptr);
           INFO(fa::describe(p) << (masked ? ", Q tile 0's blocks dropped" : ""));
           for (size_t r = 0; r < rows; ++r) {
             INFO("row " << r << ": m " << got[r].m << ", 1/l " << got[r].inv_l << ", lse " << got_lse[r]
