@@ -127,12 +127,11 @@ def large_logits(device):
         q, k, v = (torch.rand(shape, generator=g, dtype=torch.float64) * 60 - 30 for _ in range(3))
         grad_o = torch.randn(shape, generator=g, dtype=torch.float64)
         grads = {}
-        for name, dtype in (("float64", torch.float64), ("float32 autograd", torch.float32)):
+        # float64 math, and the same math in float32 (same_precision_baseline at float32).
+        for name, dtype, formulas in (("float64", torch.float64, reference),
+                                   ("float32 autograd", torch.float32, same_precision_baseline)):
             leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
-            s = torch.matmul(leaves[0], leaves[1].transpose(-1, -2)) / 8.0
-            if causal:
-                s = s.masked_fill(torch.ones(100, 100, dtype=torch.bool).triu(1), float("-inf"))
-            torch.matmul(torch.softmax(s, dim=-1), leaves[2]).backward(grad_o.to(dtype))
+            formulas(*leaves, causal, 1.0 / 8.0).backward(grad_o.to(dtype))
             grads[name] = [t.grad.double() for t in leaves]
         leaves = [t.float().to(device).requires_grad_(True) for t in (q, k, v)]
         fa_stages.attention(*leaves, causal=causal).backward(grad_o.float().to(device))
