@@ -162,39 +162,44 @@ TEST_CASE("stage 13: every variant matches the reference", "[stage13][variants]"
 // another shuffled order of four blocks in flight, and the finished kernel's dQ (additions in
 // whatever order the blocks reach them) is shown to differ between two of those orders, so the
 // comparison could fail. On a GPU, 256 blocks (more than run at once) are run three times as
-// they come. d = 64 adds by atomics, d = 128 by bulk reductions; causal and not; strided
-// inputs. The first run of each is checked against the reference, the others bit for bit
-// against it.
+// they come. The finished mode adds by bulk reductions at both head dims, the atomics mode by
+// atomics at d = 64; causal and not; strided inputs. The first run of each is checked against
+// the reference, the others bit for bit against it.
 TEST_CASE("stage 13: the deterministic mode's dQ has the same bits whatever the block order", "[stage13]") {
   const bool cpu = fa::is_cpu_backend();
-  const fa::test::Backward16 deterministic =
-      fa::test::strided_backward("padded", fa::hopper_backward::attention_backward_deterministic);
-  for (int64_t d : kDims) {
-    for (bool causal : {false, true}) {
-      const fa::AttentionProblem p = cpu ? problem(1, 2, 130, 700, d, causal, fa::DType::F16)
-                                         : problem(1, 4, 256, 8192, d, causal, fa::DType::F16);
-      INFO(fa::describe(p));
-      const std::size_t ws = fa::hopper_backward::workspace_bytes(p);
-      const auto gradients = [&](unsigned order, const fa::test::Backward16& backward) {
-        fa::test::BlocksInFlight shake(4, order);
-        return fa::test::run_backward(p, 11, backward, ws).got;
-      };
-      fa::AttentionGradients<float> first;
-      {
-        fa::test::BlocksInFlight shake(4, 1);
-        const fa::test::BackwardRun r = run_and_check(p, 11, 1.0f, deterministic);
-        require_passed(p, r.check);
-        first = r.got;
-      }
-      for (unsigned order : {2u, 3u}) {
-        const fa::AttentionGradients<float> again = gradients(order, deterministic);
-        REQUIRE(again.dq == first.dq);
-        REQUIRE(again.dk == first.dk);
-        REQUIRE(again.dv == first.dv);
-      }
-      if (cpu && !causal) {
-        CHECK(gradients(1, fa::hopper_backward::attention_backward).dq !=
-              gradients(2, fa::hopper_backward::attention_backward).dq);
+  const std::vector<std::pair<std::string, fa::test::Backward16>> modes = {
+      {"deterministic", fa::test::strided_backward("padded", fa::hopper_backward::attention_backward_deterministic)},
+      {"deterministic_atomics",
+       fa::test::strided_backward("padded", fa::hopper_backward::attention_backward_deterministic_atomics)}};
+  for (const auto& [name, deterministic] : modes) {
+    for (int64_t d : kDims) {
+      if (name == "deterministic_atomics" && d != 64) continue;  // d = 128 is the finished mode's
+      for (bool causal : {false, true}) {
+        const fa::AttentionProblem p = cpu ? problem(1, 2, 130, 700, d, causal, fa::DType::F16)
+                                           : problem(1, 4, 256, 8192, d, causal, fa::DType::F16);
+        INFO(name << ": " << fa::describe(p));
+        const std::size_t ws = fa::hopper_backward::workspace_bytes(p);
+        const auto gradients = [&](unsigned order, const fa::test::Backward16& backward) {
+          fa::test::BlocksInFlight shake(4, order);
+          return fa::test::run_backward(p, 11, backward, ws).got;
+        };
+        fa::AttentionGradients<float> first;
+        {
+          fa::test::BlocksInFlight shake(4, 1);
+          const fa::test::BackwardRun r = run_and_check(p, 11, 1.0f, deterministic);
+          require_passed(p, r.check);
+          first = r.got;
+        }
+        for (unsigned order : {2u, 3u}) {
+          const fa::AttentionGradients<float> again = gradients(order, deterministic);
+          REQUIRE(again.dq == first.dq);
+          REQUIRE(again.dk == first.dk);
+          REQUIRE(again.dv == first.dv);
+        }
+        if (cpu && !causal && name == "deterministic") {
+          CHECK(gradients(1, fa::hopper_backward::attention_backward).dq !=
+                gradients(2, fa::hopper_backward::attention_backward).dq);
+        }
       }
     }
   }

@@ -28,9 +28,10 @@
  *             dQacc_i += dQ_i: d = 128, the halves → shared memory (fp32), a named barrier, and
  *             one thread adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32);
  *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured);
- *             deterministic (--variant deterministic): only when Q tile i's flag says it is
- *             K/V tile j's turn, then the turn passed on (the Q tiles taken from the last down;
- *             with the bulk reduction, in the next tile, once its Sᵀ and dPᵀ are issued)
+ *             deterministic (--variant deterministic, the bulk reduction at both head dims):
+ *             only when Q tile i's flag says it is K/V tile j's turn, then the turn passed on
+ *             (the Q tiles taken from the last down; with the bulk reduction, in the next
+ *             tile, once its Sᵀ and dPᵀ are issued)
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -556,6 +557,16 @@ void attention_backward_deterministic(const AttentionProblem& p, const Tensors& 
     using T = decltype(type);
     require_runnable(p);
     (p.dim == 64 ? launch<T, 64, Deterministic> : launch<T, 128, Deterministic>)(p, t, workspace, layout);
+  });
+}
+
+void attention_backward_deterministic_atomics(const AttentionProblem& p, const Tensors& t, void* workspace,
+                                              const Layout& layout) {
+  tc::with_mma_type(p.dtype, "stage 13", [&](auto type) {
+    using T = decltype(type);
+    require_runnable(p);
+    (p.dim == 64 ? launch<T, 64, DeterministicAtomics> : launch<T, 128, DeterministicAtomics>)(p, t, workspace,
+                                                                                               layout);
   });
 }
 

@@ -68,6 +68,15 @@ void attention_backward_strided(const AttentionProblem& p, const Tensors& t, voi
 void attention_backward_deterministic(const AttentionProblem& p, const Tensors& t, void* workspace,
                                       const Layout& layout);
 
+/**
+ * attention_backward_deterministic() as it was before the bulk reduction took over at d = 64:
+ * there, each thread adds its dQ values by atomics, with a barrier of the warpgroup on each
+ * side of each turn (the bulk reduction takes 11-13% less time, LOG.md; d = 128 is the same).
+ * Kept for exercise 13-turn, which writes that handover, and for the tests.
+ */
+void attention_backward_deterministic_atomics(const AttentionProblem& p, const Tensors& t, void* workspace,
+                                              const Layout& layout);
+
 /// HBM bytes one backward pass moves according to the IO model (as stage 11's, with Bc
 /// keys a block).
 double hbm_bytes_model(const AttentionProblem& p);
