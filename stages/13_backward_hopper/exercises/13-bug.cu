@@ -14,6 +14,10 @@
  *         TMA: K_j, V_j → shared memory once (barrier kv_full)
  *         for each Q tile i that sees a key of tile j:   wait until buffer i % 2 is free,
  *             TMA: Q_i, dO_i → buffer i % 2 (barrier q_full)
+ *         deterministic, its second warp, the dQ warp, for each Q tile i: wait until both
+ *             halves of dQ_i are in shared memory (named barrier dq_full), and until Q tile i's
+ *             flag says it is K/V tile j's turn; add them into dQacc_i with one bulk reduction;
+ *             once it is done, pass the turn on and say the buffer is free (dq_empty)
  *     warpgroups 1 and 2, the consumers (keys 64w .. 64w + 63 of the tile):
  *         for each such Q tile i:
  *             wait q_full;  issue Sᵀ = K_w·Q_iᵀ, then dPᵀ = V_w·dO_iᵀ       (wgmma, both in shared memory)
@@ -29,10 +33,9 @@
  *             dQacc_i += dQ_i: d = 128, the halves → shared memory (fp32), a named barrier, and
  *             one thread adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32);
  *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured);
- *             deterministic (--variant deterministic, the bulk reduction at both head dims):
- *             only when Q tile i's flag says it is K/V tile j's turn, then the turn passed on
- *             (the Q tiles taken from the last down; with the bulk reduction, in the next
- *             tile, once its Sᵀ and dPᵀ are issued)
+ *             deterministic (--variant deterministic): the halves → shared memory for the dQ
+ *             warp, which the consumers only tell (bar.arrive), and go on; the Q tiles taken
+ *             from the last down
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -87,6 +90,13 @@ constexpr int THREADS = WG * (1 + CONSUMERS);  ///< the producer warpgroup and t
 constexpr int PRODUCER_REGS = 24;   ///< registers a producer thread keeps (setmaxnreg)
 constexpr int CONSUMER_REGS = 240;  ///< registers a consumer thread takes: 128 · (24 + 2 · 240) = 64,512
 constexpr int QB = 2;               ///< buffers of Q_i and dO_i: the next tile lands while this one runs
+// Named barriers (0 is __syncthreads): 1, both consumers' dS written; 2, both halves of dQ
+// written, when a consumer thread adds them (the finished kernel at d = 128); 3 + w, the
+// deterministic atomics' turns; with the dQ warp, the two below, each between the two
+// consumers and the dQ warp.
+constexpr int BAR_DQ_FULL = 5;   ///< + b: dQ buffer b is written (the consumers arrive, the dQ warp waits)
+constexpr int BAR_DQ_EMPTY = 7;  ///< + b: its reduction has read buffer b (the dQ warp arrives, the consumers wait)
+constexpr int DQ_PARTIES = CONSUMERS * WG + 32;  ///< the consumers and the dQ warp
 static_assert(Bc == 64 * CONSUMERS, "each consumer owns 64 keys: one wgmma M");
 
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
@@ -140,6 +150,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int* flags, int heads,
                     int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal) {
   using L = Smem<D, S>;
+  static_assert(!(S::deterministic && L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::consumer),
+                "deterministic, the dQ warp issues the bulk reduction: it keeps the turns");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::bars);
@@ -171,6 +183,13 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int i_start = causal ? j0 / Br * Br : 0;
   const int q_tiles = seq_q > i_start ? (seq_q - i_start + Br - 1) / Br : 0;  // the loop's Q tiles
   const auto tile_row = [&](int n) { return i_start + (S::deterministic ? q_tiles - 1 - n : n) * Br; };
+  // For the dQ warp (the consumers work theirs out where they use them): the flag of Q tile
+  // i0's dQ (deterministic), this K/V tile's turn, and the head's rows of dQacc.
+  const auto tile_flag = [&](int i0, int half) {
+    return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
+  };
+  const int kv_turn = j0 / Bc;
+  float* dq_rows = dQacc + static_cast<int64_t>(bh) * seq_q * D;
 
   const int wg = threadIdx.x / WG;
   if (wg == 0) {  // ---------------- the producer ----------------
@@ -191,6 +210,30 @@ __global__ void __launch_bounds__(THREADS, 1)
           tma_load_4d(smem + L::q + buf * L::Q_BYTES + c * Br * 128, &tq, &q_full[buf], 64 * c, i0, h, b);
           tma_load_4d(smem + L::d_o + buf * L::Q_BYTES + c * Br * 128, &tdo, &q_full[buf], 64 * c, i0, h, b);
         }
+      }
+    } else if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::dq_warp) {
+      if (threadIdx.x / 32 == 1) {  // ---- the dQ warp: each tile's dQ into dQacc, one bulk reduction ----
+        const int lane = threadIdx.x % 32;
+        for (int n = 0; n < q_tiles; ++n) {
+          const int i0 = tile_row(n), b = n % 2;
+          const int q_valid = seq_q - i0 < Br ? seq_q - i0 : Br;  // rows of the tile inside the head
+          named_barrier_sync(BAR_DQ_FULL + b, DQ_PARTIES);  // both consumers' halves are in buffer b
+          if (lane == 0) {
+            if constexpr (S::deterministic) flag_wait(tile_flag(i0, 0), kv_turn);
+            bulk_reduce_add(dq_rows + static_cast<int64_t>(i0) * D, smem + L::dq + b * L::DQ_BYTES,
+                            static_cast<uint32_t>(q_valid * D * 4));
+            bulk_commit();
+            if constexpr (S::deterministic) {
+              bulk_wait<0>();                    // the additions are done ...
+              flag_release(tile_flag(i0, 0), kv_turn + 1);  // ... before the next K/V tile's turn
+            } else {
+              bulk_wait_read<0>();  // the reduction has read buffer b
+            }
+          }
+          __syncwarp();
+          if (n + 2 < q_tiles) named_barrier_arrive(BAR_DQ_EMPTY + b, DQ_PARTIES);  // tile n + 2 may write it
+        }
+        if (lane == 0) bulk_wait<0>();  // the reductions are done before the block ends
       }
     }
     return;
@@ -241,22 +284,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     wgmma_commit();
   };
 
-  // Deterministic with the bulk reduction: the flag of the adding thread's last tile, whose
-  // reduction it has yet to see finished and whose turn it has yet to pass on (null: none).
-  // It does both at S::handover: in the next tile once its Sᵀ and dPᵀ are issued, so that the
-  // reduction's round trip through L2 runs under them rather than on the thread's path.
-  int* pending = nullptr;
-  int pending_turn = 0;
-  const auto hand_on = [&](Handover where) {
-    if constexpr (S::deterministic && L::DQ == DqAdd::bulk) {
-      if (where == S::handover && pending) {
-        bulk_wait<0>();                            // the additions are done ...
-        flag_release(pending, pending_turn + 1);   // ... before the next K/V tile's turn
-        pending = nullptr;
-      }
-    }
-  };
-
   for (int n = 0; n < q_tiles; ++n) {  // ---- the only loop: Q tiles ----
     const int i0 = tile_row(n);
     const int buf = n % QB;
@@ -264,7 +291,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     const uint8_t* dOs = smem + L::d_o + buf * L::Q_BYTES;
     uint8_t* dSs = smem + L::ds + n % 2 * L::DS_BYTES;
     issue_s_dp(n);
-    if (threadIdx.x == WG) hand_on(Handover::after_issue);
 
     // Sᵀ and dPᵀ are in flight. This thread's queries' lse·log2e is read meanwhile, and D while
     // Pᵀ is computed (kernel 1's workspace, padded to whole tiles: no bounds to check). Read
@@ -378,7 +404,23 @@ __global__ void __launch_bounds__(THREADS, 1)
       return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
     };
     const int turn = j0 / Bc;
-    if constexpr (L::DQ == DqAdd::bulk) {
+    if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::dq_warp) {
+      // Both halves into shared memory as dQacc lays the rows out, for the dQ warp's bulk
+      // reduction. Buffer n % 2: wait until the reduction of tile n − 2 has read it; then
+      // only arrive, so that the reduction (and, deterministic, its turn) is off this path.
+      float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
+      if (n >= 2) named_barrier_sync(BAR_DQ_EMPTY + n % 2, DQ_PARTIES);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float* row = dq_tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
+#pragma unroll
+        for (int nc = 0; nc < D / 16; ++nc) {
+          *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
+        }
+      }
+      fence_proxy_async();  // the copy engine reads what these stores wrote
+      named_barrier_arrive(BAR_DQ_FULL + n % 2, DQ_PARTIES);
+    } else if constexpr (L::DQ == DqAdd::bulk) {
       // Both halves into shared memory as dQacc lays the rows out, then one thread adds the
       // tile's rows with one bulk reduction. Buffer n % 2: its reduction two tiles ago has
       // read it, since the adding thread waits for that before this tile's first barrier.
@@ -394,18 +436,9 @@ __global__ void __launch_bounds__(THREADS, 1)
       fence_proxy_async();  // the copy engine reads what these stores wrote
       named_barrier_sync(2, CONSUMERS * WG);
       if (threadIdx.x == WG) {
-        if constexpr (S::deterministic) flag_wait(flag(0), turn);
         bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
         bulk_commit();
-        if constexpr (S::deterministic) {
-          // Finished and handed on at S::handover: here, or in the next tile (before its
-          // first barrier, so the reduction has read buffer n % 2 before tile n + 2 writes it).
-          pending = flag(0);
-          pending_turn = turn;
-          hand_on(Handover::at_once);
-        } else {
-          bulk_wait_read<1>();  // the tile before's reduction has read its buffer
-        }
+        bulk_wait_read<1>();  // the tile before's reduction has read its buffer
       }
     } else {
       // Each thread adds its accumulators: fp32 atomics in L2, two neighbouring floats each.
@@ -449,8 +482,9 @@ __global__ void __launch_bounds__(THREADS, 1)
       pass_turn();
     }
   }
-  if (threadIdx.x == WG) hand_on(S::handover);  // the last tile's turn, wherever the handover is
-  if (L::DQ == DqAdd::bulk && threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends
+  if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::consumer) {
+    if (threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends
+  }
 
   // The only writes of dV_w and dK_w, rounded to T: rows past Nkv are not written.
 #pragma unroll
