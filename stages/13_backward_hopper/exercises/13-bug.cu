@@ -404,12 +404,10 @@ __global__ void __launch_bounds__(THREADS, 1)
       return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
     };
     const int turn = j0 / Bc;
-    if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::dq_warp) {
-      // Both halves into shared memory as dQacc lays the rows out, for the dQ warp's bulk
-      // reduction. Buffer n % 2: wait until the reduction of tile n − 2 has read it; then
-      // only arrive, so that the reduction (and, deterministic, its turn) is off this path.
-      float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
-      if (n >= 2) named_barrier_sync(BAR_DQ_EMPTY + n % 2, DQ_PARTIES);
+    // With the bulk reduction: both halves into shared memory buffer n % 2, laid out as dQacc's
+    // rows are, and fenced (the copy engine reads it through the async proxy).
+    float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
+    const auto store_dq_tile = [&] {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float* row = dq_tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
@@ -418,22 +416,20 @@ __global__ void __launch_bounds__(THREADS, 1)
           *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
         }
       }
-      fence_proxy_async();  // the copy engine reads what these stores wrote
+      fence_proxy_async();
+    };
+    if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::dq_warp) {
+      // For the dQ warp's reduction. Buffer n % 2: wait until the reduction of tile n − 2 has
+      // read it; then only arrive, so that the reduction (and, deterministic, its turn) is off
+      // this path.
+      if (n >= 2) named_barrier_sync(BAR_DQ_EMPTY + n % 2, DQ_PARTIES);
+      store_dq_tile();
       named_barrier_arrive(BAR_DQ_FULL + n % 2, DQ_PARTIES);
     } else if constexpr (L::DQ == DqAdd::bulk) {
-      // Both halves into shared memory as dQacc lays the rows out, then one thread adds the
-      // tile's rows with one bulk reduction. Buffer n % 2: its reduction two tiles ago has
-      // read it, since the adding thread waits for that before this tile's first barrier.
-      float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float* row = dq_tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
-#pragma unroll
-        for (int nc = 0; nc < D / 16; ++nc) {
-          *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
-        }
-      }
-      fence_proxy_async();  // the copy engine reads what these stores wrote
+      // Then one thread adds the tile's rows with one bulk reduction. Buffer n % 2: its
+      // reduction two tiles ago has read it, since the adding thread waits for that before
+      // this tile's first barrier.
+      store_dq_tile();
       named_barrier_sync(2, CONSUMERS * WG);
       if (threadIdx.x == WG) {
         bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
