@@ -46,7 +46,7 @@ struct Tuned {
   /// dQ's parts at d = 128: one bulk reduction a tile, 9-13% faster than atomics (LOG.md).
   static constexpr DqAdd dq_d128 = DqAdd::bulk;
   /// The bulk reduction issued by a consumer thread. Issued by the dQ warp it measured 3.5-4.6%
-  /// slower at d = 128, but so did the atomics, whose code it left as it was (LOG.md).
+  /// slower at d = 128, but so did the atomics, whose logic it left as it was (LOG.md).
   static constexpr DqIssuer dq_issuer = DqIssuer::consumer;
   /// dQ's additions in any order (blocks add as they finish a tile): dQ's last bits vary from
   /// run to run. The deterministic variant orders them, at a cost LOG.md measures.
@@ -72,7 +72,7 @@ struct Bulk : Tuned {
 /// The variant `Deterministic` (see its summary): the same kernel with dQ reproducible bit
 /// for bit, which attention_backward(..., deterministic = true) runs. Its dQ is added by the
 /// bulk reduction at both head dims, issued by the dQ warp, which waits for the turns where
-/// the consumers do not: 1.04-1.12× the finished kernel's time, where the atomics' handover,
+/// the consumers do not: 1.01-1.14× the finished kernel's time, where the atomics' handover,
 /// a barrier on each side, took 1.37-1.48× at d = 64 (LOG.md).
 struct Deterministic : Tuned {
   static constexpr const char* name = "deterministic";  ///< --variant deterministic
