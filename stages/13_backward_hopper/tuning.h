@@ -45,8 +45,8 @@ struct Tuned {
   static constexpr DqAdd dq_d64 = DqAdd::atomics;
   /// dQ's parts at d = 128: one bulk reduction a tile, 9-13% faster than atomics (LOG.md).
   static constexpr DqAdd dq_d128 = DqAdd::bulk;
-  /// The bulk reduction issued by a consumer thread. Issued by the dQ warp it measured 3.5-4.6%
-  /// slower at d = 128, but so did the atomics, whose logic it left as it was (LOG.md).
+  /// The bulk reduction issued by a consumer thread: issued by the dQ warp it was 3.3-4.7%
+  /// slower at d = 128 in one build, and up to 1.1% slower elsewhere (LOG.md).
   static constexpr DqIssuer dq_issuer = DqIssuer::consumer;
   /// dQ's additions in any order (blocks add as they finish a tile): dQ's last bits vary from
   /// run to run. The deterministic variant orders them, at a cost LOG.md measures.
