@@ -5,6 +5,7 @@
 
 #if FA_CATCH2_MAJOR >= 3
 #include <catch2/catch_all.hpp>
+using Catch::Approx;  // unqualified, as Catch2 2.x has it
 namespace fa::test {
 /// Matches strings containing `s` (Catch2 3.x name).
 inline Catch::Matchers::StringContainsMatcher HasSubstring(const std::string& s) {
