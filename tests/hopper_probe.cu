@@ -9,7 +9,9 @@
 //   as stage 13 adds dQ;
 // - wgmma: one m64nNk16 product over a shared-memory image of random values, read through
 //   descriptors in each swizzle mode, K-major and MN-major, with A from shared memory or
-//   from registers.
+//   from registers;
+// - stmatrix: four, two or one 8×8 matrices stored from registers, transposed or not, to rows
+//   that the lanes name in a 128-byte swizzled tile, as stage 13 stores dS.
 // The same file is built for the GPU (sm_90a) and for the CPU backend; hopper_probe_main.cpp
 // runs both on the same inputs and requires the CPU backend to match the hardware.
 #include "tests/hopper_probe.h"
@@ -78,6 +80,16 @@ std::vector<WgmmaCase> wgmma_cases() {
     cases.push_back({type, 64, false, 3, 0, 16, 1024, 16384 + 8192, 8192, 1024, true});
   }
   return cases;
+}
+
+std::vector<StmatrixCase> stmatrix_cases() {
+  return {
+      {4, true, 0, 0},   // stage 13's store of dS, its first k-step in warp 0
+      {4, true, 3, 2},   // its last k-step in warp 2
+      {4, false, 1, 1},  // not transposed
+      {2, true, 2, 3},   // two matrices: lanes 16-31 name no row
+      {1, false, 0, 1},  // one matrix
+  };
 }
 
 namespace {
@@ -168,6 +180,45 @@ __global__ void reduce_kernel(const float* c, float* out) {
     hopper::bulk_commit();
     hopper::bulk_wait<0>();
   }
+}
+
+// stmatrix.sync.aligned.m8n8.x{COUNT}[.trans].shared.b16 from this lane's first COUNT registers.
+template <int COUNT, bool TRANS>
+__device__ __forceinline__ void stmatrix(void* row, const uint32_t* r) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::stmatrix(COUNT, TRANS, row, r, __FILE__, __LINE__);
+#else
+  const uint32_t addr = hopper::smem_addr(row);
+  if constexpr (COUNT == 4 && TRANS) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+  } else if constexpr (COUNT == 4) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3]) : "memory");
+  } else if constexpr (COUNT == 2 && TRANS) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r[0]), "r"(r[1])
+                 : "memory");
+  } else {
+    static_assert(COUNT == 1 && !TRANS, "the probe's cases");
+    asm volatile("stmatrix.sync.aligned.m8n8.x1.shared.b16 [%0], {%1};\n" ::"r"(addr), "r"(r[0]) : "memory");
+  }
+#endif
+}
+
+// One warp stores its registers into a poisoned tile of 64 rows × 128 bytes, each lane naming
+// its row as stage 13 does; the tile is read back as it lies.
+template <int COUNT, bool TRANS>
+__global__ void stmatrix_kernel(const uint32_t* regs, int kk, int warp, uint32_t* out) {
+  extern __shared__ uint8_t smem_raw[];
+  uint16_t* tile = reinterpret_cast<uint16_t*>(aligned_smem(smem_raw));
+  for (int i = threadIdx.x; i < kStmatrixTileBytes / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(tile)[i] = 0xDEADBEEFu;
+  __syncwarp();
+  const int lane = threadIdx.x, m = lane / 8, j = lane % 8;
+  const int q = 16 * kk + 8 * (m / 2) + j, chunk = (2 * warp + m % 2) ^ (q % 8);
+  const uint32_t r[4] = {regs[4 * lane], regs[4 * lane + 1], regs[4 * lane + 2], regs[4 * lane + 3]};
+  stmatrix<COUNT, TRANS>(tile + q * 64 + chunk * 8, r);
+  __syncwarp();
+  for (int i = threadIdx.x; i < kStmatrixTileBytes / 4; i += blockDim.x) out[i] = reinterpret_cast<const uint32_t*>(tile)[i];
 }
 
 // One warpgroup: the image into shared memory, then one product D = A·B + C.
@@ -280,6 +331,25 @@ HopperOutputs run_hopper_probes(const HopperInputs& in) {
     reduce_kernel<<<1, 128, 4096 * 4 + 1024>>>(c.data(), sums.data());
     FA_CHECK_LAUNCH("reduce_kernel");
     out.reduce = sums.download();
+  }
+  {
+    DeviceBuffer<uint32_t> regs(in.st_regs);
+    for (const StmatrixCase& c : stmatrix_cases()) {
+      DeviceBuffer<uint32_t> tile(kStmatrixTileBytes / 4);
+      const int smem = kStmatrixTileBytes + 1024;
+      if (c.count == 4 && c.trans) {
+        stmatrix_kernel<4, true><<<1, 32, smem>>>(regs.data(), c.kk, c.warp, tile.data());
+      } else if (c.count == 4) {
+        stmatrix_kernel<4, false><<<1, 32, smem>>>(regs.data(), c.kk, c.warp, tile.data());
+      } else if (c.count == 2) {
+        stmatrix_kernel<2, true><<<1, 32, smem>>>(regs.data(), c.kk, c.warp, tile.data());
+      } else {
+        stmatrix_kernel<1, false><<<1, 32, smem>>>(regs.data(), c.kk, c.warp, tile.data());
+      }
+      FA_CHECK_LAUNCH("stmatrix_kernel");
+      const std::vector<uint32_t> got = tile.download();
+      out.stmatrix.insert(out.stmatrix.end(), got.begin(), got.end());
+    }
   }
   for (const WgmmaCase& w : wgmma_cases()) {
     DeviceBuffer<uint16_t> image(in.image[w.type]);

@@ -37,12 +37,24 @@ struct WgmmaCase {
   bool b_mn_major() const { return a_regs || b_mn; }
 };
 
+/// One stmatrix: `count` (1, 2 or 4) 8×8 matrices, transposed or not, stored from the
+/// warp's registers into a poisoned 64-row × 128-byte tile. Each lane names its row as stage
+/// 13 does for dS: lane 8·m + j, row j of matrix m, gives query q = 16·kk + 8·(m / 2) + j,
+/// 16-byte chunk (2·warp + m % 2) ^ (q % 8) (the 128-byte swizzle).
+struct StmatrixCase {
+  int count;
+  bool trans;
+  int kk, warp;
+};
+
 constexpr int kImageBytes = 64 * 1024;  ///< the shared-memory image the wgmma probes read
+constexpr int kStmatrixTileBytes = 64 * 128;  ///< the tile each stmatrix case stores into
 
 /// The cases, the same on every machine.
 std::vector<TmaCase> tma_cases();
 std::vector<Tma4Case> tma4_cases();
 std::vector<WgmmaCase> wgmma_cases();
+std::vector<StmatrixCase> stmatrix_cases();
 
 /// What the probes read; hopper_inputs() draws it from a seed.
 struct HopperInputs {
@@ -50,6 +62,7 @@ struct HopperInputs {
   std::vector<uint16_t> image[2];   ///< [fp16, bf16]: kImageBytes / 2 values in [-2, 2]
   std::vector<uint32_t> a_regs[2];  ///< [fp16, bf16]: 128 threads × 4 A registers
   std::vector<float> c;             ///< 128 threads × 64 accumulators to start from
+  std::vector<uint32_t> st_regs;    ///< 32 lanes × 4 registers of random bits, for stmatrix
 };
 
 /// What they produced, case after case.
@@ -59,6 +72,7 @@ struct HopperOutputs {
   std::vector<float> wgmma;   ///< each case's 128 threads × n/2 accumulators
   std::vector<uint32_t> parity;  ///< mbarrier.test_wait.parity answers (see hopper_probe.cu)
   std::vector<float> reduce;     ///< a global buffer after two bulk reduce-adds into it
+  std::vector<uint32_t> stmatrix;  ///< each stmatrix case's tile as it lies in shared memory
 };
 
 HopperInputs hopper_inputs(uint64_t seed);

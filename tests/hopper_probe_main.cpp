@@ -1,12 +1,12 @@
-// The proof that the CPU backend's TMA copies and wgmma products are the hardware's: the
-// same probe kernels (hopper_probe.cu) on the same inputs, once on a Hopper GPU and once on
-// the CPU backend. Two programs, because one process cannot hold both CUDA runtimes:
+// The proof that the CPU backend's TMA copies, wgmma products and stmatrix stores are the
+// hardware's: the same probe kernels (hopper_probe.cu) on the same inputs, once on a Hopper
+// GPU and once on the CPU backend. Two programs, because one process cannot hold both CUDA runtimes:
 //
 //   hopper_probe --write FILE       (GPU build) runs the probes, writes their outputs
 //   hopper_probe_cpu --check FILE   (CPU build) runs them too, compares with FILE
 //
 // TMA moves bits, so its boxes must be identical, swizzle and zero fill included, and so
-// must the mbarrier's answers; wgmma results must agree within fp32 accumulation rounding
+// must the mbarrier's answers and the tiles stmatrix stores; wgmma results must agree within fp32 accumulation rounding
 // (the emulation sums exactly).
 #include <algorithm>
 #include <cstring>
@@ -31,6 +31,7 @@ HopperInputs hopper_inputs(uint64_t seed) {
     in.a_regs[t] = pack_pairs(types[t], random_uniform(128 * 8, seed + 3 + static_cast<uint64_t>(t), 2.0f));
   }
   in.c = random_uniform(128 * 64, seed + 5, 4.0f);
+  for (float x : random_uniform(32 * 4, seed + 6, 1.0f)) in.st_regs.push_back(static_cast<uint32_t>((x + 1.0f) * 2147483647.5f));
   return in;
 }
 
@@ -50,7 +51,7 @@ int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
   using namespace fa::probe;
   HopperOutputs gpu;
   gpu.tma = get<uint32_t>(f), gpu.wgmma = get<float>(f), gpu.parity = get<uint32_t>(f), gpu.tma4 = get<uint32_t>(f);
-  gpu.reduce = get<float>(f);
+  gpu.reduce = get<float>(f), gpu.stmatrix = get<uint32_t>(f);
   int bad = compare_bits("mbarrier.test_wait.parity 0 and 1, before and after each arrival", out.parity, gpu.parity, 2,
                          "step");
   size_t at = 0;
@@ -74,6 +75,16 @@ int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
     at += words;
   }
   bad += gpu.tma4.size() != at;
+  at = 0;
+  for (const StmatrixCase& c : stmatrix_cases()) {
+    const size_t words = kStmatrixTileBytes / 4;
+    const std::string name = "stmatrix .x" + std::to_string(c.count) + (c.trans ? ".trans" : "") +
+                             " into a 128-byte swizzled tile, rows named as stage 13 names them (k-step " +
+                             std::to_string(c.kk) + ", warp " + std::to_string(c.warp) + ")";
+    bad += compare_bits(name.c_str(), slice(out.stmatrix, at, words), slice(gpu.stmatrix, at, words), 32, "row");
+    at += words;
+  }
+  bad += gpu.stmatrix.size() != at;
   // |products| <= 2·2 each, 16 of them, plus |c| <= 4: sums stay below 68, so fp32
   // accumulation rounding is below 16 · 2^-24 · 68 ≈ 7e-5. A layout error is O(1).
   at = 0;
@@ -108,7 +119,7 @@ int main(int argc, char** argv) {
       },
       [] { return run_hopper_probes(hopper_inputs(2026)); },
       [](std::ofstream& f, const HopperOutputs& out) {
-        put(f, out.tma), put(f, out.wgmma), put(f, out.parity), put(f, out.tma4), put(f, out.reduce);
+        put(f, out.tma), put(f, out.wgmma), put(f, out.parity), put(f, out.tma4), put(f, out.reduce), put(f, out.stmatrix);
       },
       compare, "no Hopper GPU was there to write it (hopper_probe --write)");
 }

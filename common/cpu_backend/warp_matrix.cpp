@@ -1,4 +1,4 @@
-// CPU backend: ldmatrix and mma.sync as warp collectives (see fa_cpu/warp_matrix.h).
+// CPU backend: ldmatrix, stmatrix and mma.sync as warp collectives (see fa_cpu/warp_matrix.h).
 #include "fa_cpu/warp_matrix.h"
 
 #include <cstdint>
@@ -30,21 +30,30 @@ std::uint16_t element(void* const lanes[32], int i, int r, int c) {
   return x;
 }
 
-void ldmatrix_op(void* const lanes[32]) {
-  const auto* first = static_cast<const LdmatrixLane*>(lanes[0]);
-  if (!first) throw std::runtime_error("ldmatrix: lane 0 is not in the warp's mask");
+// What ldmatrix and stmatrix require of the warp: every lane there, agreeing on .x and .trans,
+// and the lanes that name rows naming 16-byte aligned ones.
+template <typename Lane>
+void check_matrix_lanes(void* const lanes[32], const char* what) {
+  const auto* first = static_cast<const Lane*>(lanes[0]);
+  if (!first) throw std::runtime_error(std::string(what) + ": lane 0 is not in the warp's mask");
   const int count = first->count;
   for (int l = 0; l < 32; ++l) {
-    const auto* lane = static_cast<const LdmatrixLane*>(lanes[l]);
-    if (!lane) throw std::runtime_error("ldmatrix is .sync.aligned: all 32 lanes must execute it");
+    const auto* lane = static_cast<const Lane*>(lanes[l]);
+    if (!lane) throw std::runtime_error(std::string(what) + " is .sync.aligned: all 32 lanes must execute it");
     if (lane->count != count || lane->trans != first->trans) {
-      throw std::runtime_error("ldmatrix: lanes disagree on .x" + std::to_string(count) + " / .trans");
+      throw std::runtime_error(std::string(what) + ": lanes disagree on .x" + std::to_string(count) + " / .trans");
     }
     if (l < 8 * count && reinterpret_cast<std::uintptr_t>(lane->row) % 16 != 0) {
-      throw std::runtime_error("ldmatrix: lane " + std::to_string(l) +
+      throw std::runtime_error(std::string(what) + ": lane " + std::to_string(l) +
                                "'s row address is not 16-byte aligned (the PTX ISA requires it)");
     }
   }
+}
+
+void ldmatrix_op(void* const lanes[32]) {
+  check_matrix_lanes<LdmatrixLane>(lanes, "ldmatrix");
+  const auto* first = static_cast<const LdmatrixLane*>(lanes[0]);
+  const int count = first->count;
   for (int l = 0; l < 32; ++l) {
     auto* lane = static_cast<LdmatrixLane*>(lanes[l]);
     const int q = l / 4, p = 2 * (l % 4);
@@ -52,6 +61,34 @@ void ldmatrix_op(void* const lanes[32]) {
       const std::uint16_t lo = first->trans ? element(lanes, i, p, q) : element(lanes, i, q, p);
       const std::uint16_t hi = first->trans ? element(lanes, i, p + 1, q) : element(lanes, i, q, p + 1);
       lane->regs[i] = static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
+    }
+  }
+}
+
+// One lane's part of an stmatrix.
+struct StmatrixLane {
+  int count;
+  bool trans;
+  void* row;
+  std::uint32_t regs[4];
+};
+
+// Element (row r, column c) of matrix i goes to byte 2c of the row lane 8i + r named. Lane
+// L's register i holds (L/4, 2·(L%4)) in its low half and (L/4, 2·(L%4) + 1) in its high
+// half; with .trans those are (2·(L%4), L/4) and (2·(L%4) + 1, L/4).
+void stmatrix_op(void* const lanes[32]) {
+  check_matrix_lanes<StmatrixLane>(lanes, "stmatrix");
+  const auto* first = static_cast<const StmatrixLane*>(lanes[0]);
+  for (int l = 0; l < 32; ++l) {
+    const auto* lane = static_cast<const StmatrixLane*>(lanes[l]);
+    const int q = l / 4, p = 2 * (l % 4);
+    for (int i = 0; i < first->count; ++i) {
+      for (int half = 0; half < 2; ++half) {
+        const int r = first->trans ? p + half : q, c = first->trans ? q : p + half;
+        const auto x = static_cast<std::uint16_t>(lane->regs[i] >> (16 * half));
+        auto* row = static_cast<StmatrixLane*>(lanes[8 * i + r])->row;
+        std::memcpy(static_cast<unsigned char*>(row) + 2 * c, &x, 2);
+      }
     }
   }
 }
@@ -114,6 +151,15 @@ void ldmatrix(int count, bool trans, const void* row, std::uint32_t* regs, const
   LdmatrixLane lane{count, trans, row, {0, 0, 0, 0}};
   warp_matrix(ldmatrix_op, trans ? "ldmatrix.trans" : "ldmatrix", 0xffffffffu, &lane, file, line);
   for (int i = 0; i < count; ++i) regs[i] = lane.regs[i];
+}
+
+void stmatrix(int count, bool trans, void* row, const std::uint32_t* regs, const char* file, int line) {
+  if (count != 1 && count != 2 && count != 4) throw std::runtime_error("stmatrix: .x1, .x2 or .x4 only");
+  // The row this lane names is written by the instruction (see ldmatrix).
+  if (current_thread() % 32 < 8 * count) race::access(row, 16, true, __builtin_return_address(0));
+  StmatrixLane lane{count, trans, row, {0, 0, 0, 0}};
+  for (int i = 0; i < count; ++i) lane.regs[i] = regs[i];
+  warp_matrix(stmatrix_op, trans ? "stmatrix.trans" : "stmatrix", 0xffffffffu, &lane, file, line);
 }
 
 void mma_m16n8k16(MmaType type, float* d, const std::uint32_t* a, const std::uint32_t* b, const float* c,

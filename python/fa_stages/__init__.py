@@ -8,7 +8,7 @@ q, k and v are [B, H, N, d] tensors (Nq for q, Nkv for k and v), all float32, fl
 bfloat16, all on one device: CUDA tensors run the GPU kernels on PyTorch's current stream,
 CPU tensors run the very same kernels on the CPU backend (slowly, with no GPU). Gradients
 come from stage 10 for float32 (CUDA cores); for float16 and bfloat16 from stage 13 (Hopper)
-at d = 128 where it runs, else from stage 11 (tensor cores). python/README.md explains how
+at d = 64 and 128 where it runs, else from stage 11 (tensor cores). python/README.md explains how
 it is built.
 """
 
@@ -305,8 +305,8 @@ def backward(q, k, v, o, lse, grad_o, causal=False, scale=None, stage="auto", de
     """dQ, dK and dV in q's dtype. o and grad_o are taken in q's dtype, lse in float32.
 
     stage: "auto" runs stage 10 for float32 (CUDA cores); for float16 and bfloat16, stage 13
-    (Hopper: TMA and wgmma) at d = 128 where it runs, else stage 11 (tensor cores, mma.sync),
-    the faster at d = 64. "10", "11" or "13" runs that stage.
+    (Hopper: TMA and wgmma) at d = 64 and 128 where it runs, else stage 11 (tensor cores,
+    mma.sync). "10", "11" or "13" runs that stage.
 
     deterministic: dQ the same bit for bit on every run (its additions in a fixed order), which
     only stage 13 does (float16 and bfloat16, d = 64 or 128, a Hopper GPU or the CPU

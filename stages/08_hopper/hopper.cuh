@@ -3,9 +3,10 @@
  * \brief Stage 08's Hopper instructions, each a few lines of inline PTX: the asynchronous
  *        barrier (`mbarrier`), the tensor memory accelerator (`cp.async.bulk.tensor`),
  *        warpgroup matrix products (`wgmma.mma_async`) and register reallocation
- *        (`setmaxnreg`). sm_90a on the GPU; on the CPU backend each wrapper calls the
- *        backend's emulation (common/cpu_backend/include/fa_cpu/hopper.h), which follows
- *        the PTX ISA and is checked against the H100 by tests/hopper_probe.cu.
+ *        (`setmaxnreg`); and stage 13's bulk reduction, named barriers and `stmatrix`.
+ *        sm_90a on the GPU; on the CPU backend each wrapper calls the backend's emulation
+ *        (common/cpu_backend/include/fa_cpu/hopper.h, and warp_matrix.h for `stmatrix`),
+ *        which follows the PTX ISA and is checked against the H100 by tests/hopper_probe.cu.
  *
  * **mbarrier.** A 64-bit word in shared memory that counts arrivals and, separately,
  * bytes still to land ("transactions"). A phase completes when both reach zero; the
@@ -279,6 +280,23 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   ::fa_cpu::named_barrier(id, threads, false, __FILE__, __LINE__);
 #else
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#endif
+}
+
+// ---- stmatrix ---------------------------------------------------------------------------
+
+/// Four 8×8 matrices of 16-bit elements from the warp's registers into shared memory, each
+/// transposed on the way (stmatrix.sync.aligned.m8n8.x4.trans, sm_90): ldmatrix's layout
+/// the other way. Lane 8·i + r gives `row`, the address of row r of matrix i (16-byte
+/// aligned); register i of lane L holds column L/4, rows 2·(L%4) and 2·(L%4) + 1 of
+/// matrix i. Stage 13 stores dSᵀ's A fragments as dS with it, 16 bytes a row.
+__device__ __forceinline__ void stmatrix_x4_trans(void* row, const uint32_t (&r)[4]) {
+#ifdef FA_CPU_KERNEL
+  ::fa_cpu::stmatrix(4, true, row, r, __FILE__, __LINE__);
+#else
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 #endif
 }
 

@@ -339,24 +339,21 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     // dS into shared memory, transposed: element (query q, key k) of dS is at row q of box
     // k / 64, 16-byte chunk (k % 64 / 8) ^ (q % 8), place k % 8 (the 128-byte swizzle). The
-    // values are dSᵀ's A fragments, so dK and dQ use the same rounded dS: register r of
-    // k-step kk holds key + 8·(r % 2) and queries 16kk + 8·(r / 2) + 2t, + 1.
+    // values are dSᵀ's A fragments, so dK and dQ use the same rounded dS. The four registers
+    // of k-step kk are four 8×8 matrices of dSᵀ: register m holds keys 16·warp + 8·(m % 2) +
+    // 0..7 (rows) by queries 16kk + 8·(m / 2) + 0..7 (columns), in ldmatrix's layout.
+    // stmatrix .trans stores each as 8 rows of dS, a query's 8 keys in one 16-byte chunk: one
+    // instruction a k-step, where storing them one by one took 32 stores a thread a tile.
     {
       uint16_t* ds_tile = reinterpret_cast<uint16_t*>(dSs + w * Br * 128);  // this warpgroup's 64 keys: one box
-      const int kr = 16 * warp + g;  // this thread's first key in the box
+      const int m = lane / 8, j = lane % 8;  // this lane names row j of matrix m
 #pragma unroll
       for (int kk = 0; kk < Br / 16; ++kk) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int q = 16 * kk + 8 * (r / 2) + 2 * t + half, k = kr + 8 * (r % 2);
-            // exercise 13-ds-store: store this 16-bit value of dS (query q, key k of this warpgroup's 64) in ds_tile: row q of 64 values, its 16-byte chunk k / 8 moved by the 128-byte swizzle, place k % 8 in the chunk
-            //   stub: (void)q, (void)k;
-            ds_tile[q * 64 + ((k / 8) ^ (q % 8)) * 8 + k % 8] = static_cast<uint16_t>(dsa[kk][r] >> (16 * half));
-            // end exercise 13-ds-store
-          }
-        }
+        // exercise 13-ds-store: give stmatrix_x4_trans this lane's row of dS (row j of matrix m: which query, and where its chunk of this warp's keys lies in the swizzled box) and the four registers of k-step kk
+        //   stub: (void)ds_tile, (void)m, (void)j;
+        const int q = 16 * kk + 8 * (m / 2) + j, chunk = (2 * warp + m % 2) ^ (q % 8);
+        stmatrix_x4_trans(ds_tile + q * 64 + chunk * 8, dsa[kk]);
+        // end exercise 13-ds-store
       }
     }
     fence_proxy_async();  // the tensor cores read what these stores wrote
