@@ -44,8 +44,9 @@
  * fragments of Pᵀ·dO, as P was the A operand of P·V in stage 08; the same holds for dSᵀ.
  * The B operands dO and Q of those products are read MN-major (the sum runs down their
  * rows), as stage 08 reads V. dS = (dSᵀ)ᵀ is the one operand that must be transposed: each
- * thread stores its dSᵀ values at their transposed places in a 128-byte swizzled tile of
- * Br rows × Bc keys, which wgmma then reads K-major, and K is read MN-major for dQ = dS·K.
+ * warp stores its dSᵀ fragments transposed (stmatrix .trans, one instruction a k-step) into a
+ * 128-byte swizzled tile of Br rows × Bc keys, which wgmma then reads K-major, and K is read
+ * MN-major for dQ = dS·K.
  * Each consumer computes dQ for half of d's columns (32 or 64) over all Bc keys, so both
  * consumers' dS must be in shared memory first; dS has two buffers, so one named barrier a
  * tile is enough (a consumer cannot overwrite a buffer before the other has passed the next
