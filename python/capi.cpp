@@ -129,8 +129,8 @@ bool stage13_runs_here() {
 // The backward stage that `stage` names: "10", "11" or "13" as given; "auto" the fastest for
 // the problem, as measured on the H100 (benchmarks/results): stage 10 for fp32; for fp16 and
 // bf16, stage 13 at d = 64 and 128 where it runs (a Hopper, or the CPU backend), else stage 11.
-// `deterministic`: dQ's additions in a fixed
-// order, which only stage 13 offers (stages 10 and 11 add by atomics in any order).
+// `deterministic`: dQ's additions in a fixed order, which only stage 13 offers (stages 10 and
+// 11 add by atomics in any order).
 std::string backward_stage(const fa::AttentionProblem& p, const std::string& stage, bool deterministic) {
   if (stage != "auto" && stage != "10" && stage != "11" && stage != "13") {
     throw fa::InputError("no backward stage \"" + stage + "\": choose \"auto\", \"10\", \"11\" or \"13\"");

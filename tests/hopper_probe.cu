@@ -182,16 +182,16 @@ __global__ void reduce_kernel(const float* c, float* out) {
   }
 }
 
-// stmatrix.sync.aligned.m8n8.x{COUNT}[.trans].shared.b16 from this lane's first COUNT registers.
+// stmatrix.sync.aligned.m8n8.x{COUNT}[.trans].shared.b16 from this lane's first COUNT registers:
+// .x4.trans through the wrapper stage 13 calls (hopper.cuh), the others here.
 template <int COUNT, bool TRANS>
-__device__ __forceinline__ void stmatrix(void* row, const uint32_t* r) {
+__device__ __forceinline__ void stmatrix(void* row, const uint32_t (&r)[4]) {
 #ifdef FA_CPU_KERNEL
   ::fa_cpu::stmatrix(COUNT, TRANS, row, r, __FILE__, __LINE__);
 #else
   const uint32_t addr = hopper::smem_addr(row);
   if constexpr (COUNT == 4 && TRANS) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
-                 "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+    hopper::stmatrix_x4_trans(row, r);
   } else if constexpr (COUNT == 4) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
                  "r"(r[2]), "r"(r[3]) : "memory");
