@@ -242,7 +242,8 @@ TEST_CASE("stage 13: the checks catch planted bugs", "[stage13][planted]") {
   // A Q buffer handed back before dK += dSᵀ·Q and dV += Pᵀ·dO are retired: with more Q tiles
   // than buffers the producer's next copy overwrites Q and dO while those products still read
   // them, which the emulation reports. (On a GPU such a copy is wrong only when it is early.)
-  const fa::AttentionProblem p = problem(1, 1, 256, 64, 64, false, fa::DType::F16);
+  // Four Q tiles of 128 rows at d = 64.
+  const fa::AttentionProblem p = problem(1, 1, 512, 64, 64, false, fa::DType::F16);
   REQUIRE_THROWS_WITH(run_and_check(p, 4, 1.0f, fa::hopper_backward::early_release::attention_backward),
                       fa::test::HasSubstring("overwrites shared memory") && fa::test::HasSubstring("still reads"));
 #endif

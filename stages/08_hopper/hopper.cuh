@@ -190,6 +190,16 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t
 #endif
 }
 
+/// Asks for the 128-byte line of global memory that holds `p` to be brought into L1 (a hint,
+/// `prefetch.global.L1`: nothing waits for it, and nothing changes if it is dropped).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+#ifdef FA_CPU_KERNEL
+  (void)p;  // a hint with no effect on any value: the emulation has no caches
+#else
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+#endif
+}
+
 // ---- bulk reductions ---------------------------------------------------------------------
 
 /// Adds `bytes` / 4 floats of shared memory at `src` into global memory at `dst`, each

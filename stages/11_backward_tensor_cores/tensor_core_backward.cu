@@ -485,10 +485,10 @@ void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq) {
   FA_CHECK_LAUNCH("convert_dq_kernel");
 }
 
-int64_t padded_seq_q(const AttentionProblem& p) { return (p.seq_q + Br - 1) / Br * Br; }
+int64_t padded_seq_q(const AttentionProblem& p) { return (p.seq_q + 127) / 128 * 128; }
 
 Workspace split_workspace(const AttentionProblem& p, void* workspace) {
-  const int64_t padded = p.batch_heads() * padded_seq_q(p);  // a multiple of 64: each piece stays 16-byte aligned
+  const int64_t padded = p.batch_heads() * padded_seq_q(p);  // a multiple of 128: each piece stays 16-byte aligned
   float* base = static_cast<float*>(workspace);
   return {base, base + padded, base + 2 * padded};
 }

@@ -48,7 +48,8 @@ struct Workspace {
   float* dQacc;  ///< [B·H·Nq][d]
 };
 
-/// Query rows of one head in the workspace: whole Q tiles of Br rows.
+/// Query rows of one head in the workspace: whole tiles of 128 rows, which hold whole Q tiles
+/// of this stage (Br = 64) and of stage 13 (64 or 128 rows).
 int64_t padded_seq_q(const AttentionProblem& p);
 
 /// The pieces of a workspace of workspace_bytes(p) bytes.

@@ -47,7 +47,7 @@ fa::BackwardStageDemo describe() {
   s.flops = fa::tc_backward::flops;
   s.tiles = [](const fa::AttentionProblem& p) {
     return "Bc = " + std::to_string(bw::Bc) + " key rows a block (two consumer warpgroups of 64), Br = " +
-           std::to_string(bw::Br) + " query rows a step; " +
+           std::to_string(bw::q_tile_rows(p.dim)) + " query rows a step; " +
            fa::format_bytes(static_cast<double>(bw::shared_bytes(p.dim))) + " of shared memory per block";
   };
   return s;

@@ -16,8 +16,8 @@
 
 namespace fa::hopper_backward {
 
-constexpr int Br = 64;   ///< query rows of a Q tile (the inner loop)
 constexpr int Bc = 128;  ///< key rows a block owns: 64 for each of its two consumer warpgroups
+/// (A Q tile, the inner loop, has 64 or 128 rows: tuning.h chooses per head dim.)
 
 /// The tensors of one backward pass: stage 11's (Q, K, V, O, dO in p.dtype, lse in fp32,
 /// dQ, dK and dV written contiguous).
@@ -31,6 +31,9 @@ std::string unavailable_reason();
 /// Shared memory one block of the main kernel uses for head dimension d (64 or 128).
 std::size_t shared_bytes(int64_t d);
 
+/// Query rows of the finished kernel's Q tile for head dimension d (64 or 128).
+int q_tile_rows(int64_t d);
+
 /// Device bytes the backward pass needs beyond its inputs and gradients: each query row's
 /// D and log-sum-exp (padded to whole Q tiles) and dQ's fp32 accumulator (stage 11's), then
 /// the deterministic mode's flags (two ints a Q tile).
@@ -42,8 +45,8 @@ std::size_t workspace_bytes(const AttentionProblem& p);
  * kernel (which also zeroes dQ's fp32 accumulator), then one block per (K/V tile of Bc keys,
  * batch·head) whose producer warpgroup copies K_j, V_j once and Q_i, dO_i tile after tile by
  * TMA, and whose two consumer warpgroups run the five products of each tile pair as wgmma,
- * keep dK_j and dV_j in registers and add their share of dQ_i into the accumulator with
- * atomics (d = 64) or bulk reductions (d = 128); then one kernel that rounds dQ to p.dtype.
+ * keep dK_j and dV_j in registers and put each tile's dQ_i into shared memory, which one
+ * bulk reduction adds into the accumulator; then one kernel that rounds dQ to p.dtype.
  * Causal is top-left; tiles above the diagonal are skipped.
  * \param p the problem (fp16 or bf16); \param t the tensors, contiguous;
  * \param workspace workspace_bytes(p) bytes of device memory, 16-byte aligned.

@@ -8,10 +8,12 @@
  * header knows only the finished kernel; this file is for the kernel file, the tests (which
  * run every variant) and `--variant`:
  *
- *     stage13_backward_hopper --variant atomics        # dQ by fp32 atomics from every thread, at d = 128 too
+ *     stage13_backward_hopper --variant atomics        # dQ by fp32 atomics from every thread
+ *     stage13_backward_hopper --variant bulk           # the bulk reduction issued by a consumer, at d = 64 too
  *     stage13_backward_hopper --variant deterministic  # dQ's additions in a fixed order
  *     stage13_backward_hopper --variant deterministic_atomics  # deterministic, dQ by atomics at d = 64
- *     stage13_backward_hopper --variant dq_warp        # the bulk reduction issued by a warp of its own
+ *     stage13_backward_hopper --variant dq_warp        # the bulk reduction issued by a warp of its own, at d = 128 too
+ *     stage13_backward_hopper --variant q64            # Q tiles of 64 rows at d = 64 too
  */
 #pragma once
 
@@ -36,18 +38,23 @@ enum class DqIssuer {
   dq_warp,   ///< a warp of the producer warpgroup, which the consumers only tell (arrive: they go on)
 };
 
-/// The finished kernel. A variant derives from this struct and changes one member.
+/// The finished kernel. A variant derives from this struct and changes one choice.
 struct Tuned {
   static constexpr const char* name = "tuned";  ///< what --variant takes
   /// How the variant differs from the finished kernel, for --help.
   static constexpr const char* summary = "the finished kernel, as the demo runs it without --variant";
-  /// dQ's parts at d = 64: atomics; the bulk reduction was 0-2.4% slower there (LOG.md).
-  static constexpr DqAdd dq_d64 = DqAdd::atomics;
+  /// dQ's parts at d = 64: one bulk reduction a tile, issued by the dQ warp (below): 2.5-3%
+  /// faster than atomics once dS went through stmatrix (LOG.md).
+  static constexpr DqAdd dq_d64 = DqAdd::bulk;
   /// dQ's parts at d = 128: one bulk reduction a tile, 9-13% faster than atomics (LOG.md).
   static constexpr DqAdd dq_d128 = DqAdd::bulk;
-  /// The bulk reduction issued by a consumer thread: issued by the dQ warp it was 3.3-4.7%
-  /// slower at d = 128 in one build, and up to 1.1% slower elsewhere (LOG.md).
-  static constexpr DqIssuer dq_issuer = DqIssuer::consumer;
+  /// At d = 64 the bulk reduction is issued by the dQ warp, which the consumers only tell.
+  static constexpr DqIssuer dq_issuer_d64 = DqIssuer::dq_warp;
+  /// At d = 128 by a consumer thread: issued by the dQ warp it was 0.9-1.7% slower (LOG.md).
+  static constexpr DqIssuer dq_issuer_d128 = DqIssuer::consumer;
+  /// Query rows of a Q tile at d = 64: 128, 10-13% faster than 64 (LOG.md). (d = 128 takes 64:
+  /// dK and dV hold 128 registers a thread there, and Sᵀ, dPᵀ of 128 queries would need 128 more.)
+  static constexpr int br_d64 = 128;
   /// dQ's additions in any order (blocks add as they finish a tile): dQ's last bits vary from
   /// run to run. The deterministic variant orders them, at a cost LOG.md measures.
   static constexpr bool deterministic = false;
@@ -57,7 +64,9 @@ struct Tuned {
 struct Atomics : Tuned {
   static constexpr const char* name = "atomics";  ///< --variant atomics
   /// For --help.
-  static constexpr const char* summary = "dQ added by fp32 atomics from every thread at d = 128 too (the step before)";
+  static constexpr const char* summary =
+      "dQ added by fp32 atomics from every thread at both head dims (the step before)";
+  static constexpr DqAdd dq_d64 = DqAdd::atomics;   ///< the change
   static constexpr DqAdd dq_d128 = DqAdd::atomics;  ///< the change
 };
 
@@ -65,25 +74,25 @@ struct Atomics : Tuned {
 struct Bulk : Tuned {
   static constexpr const char* name = "bulk";  ///< --variant bulk
   /// For --help.
-  static constexpr const char* summary = "dQ added by one bulk reduction a tile at d = 64 too";
-  static constexpr DqAdd dq_d64 = DqAdd::bulk;  ///< the change
+  static constexpr const char* summary = "the bulk reduction issued by a consumer thread at d = 64 too";
+  static constexpr DqIssuer dq_issuer_d64 = DqIssuer::consumer;  ///< the change
 };
 
 /// The variant `Deterministic` (see its summary): the same kernel with dQ reproducible bit
 /// for bit, which attention_backward(..., deterministic = true) runs. Its dQ is added by the
 /// bulk reduction at both head dims, issued by the dQ warp, which waits for the turns where
-/// the consumers do not: 1.07-1.20× the finished kernel's time (1.01-1.14× before dS went
-/// through stmatrix), where the atomics' handover, a barrier on each side, took 1.37-1.48× at
-/// d = 64 (LOG.md).
+/// the consumers do not: 1.07-1.31× the finished kernel's time (1.07-1.20× before the Q tiles
+/// of 128 rows at d = 64), where the atomics' handover, a barrier on each side, took
+/// 1.37-1.48× at d = 64 (LOG.md).
 struct Deterministic : Tuned {
   static constexpr const char* name = "deterministic";  ///< --variant deterministic
   /// For --help.
   static constexpr const char* summary =
       "dQ's additions in a fixed order (K/V tile by K/V tile, a flag per Q tile): the same bits every run";
   static constexpr bool deterministic = true;  ///< the change
-  static constexpr DqAdd dq_d64 = DqAdd::bulk;  ///< its dQ by the bulk reduction at d = 64 too,
-  /// issued by the dQ warp: 7-15% faster than a consumer thread's handover (LOG.md)
-  static constexpr DqIssuer dq_issuer = DqIssuer::dq_warp;
+  /// Its bulk reductions issued by the dQ warp at d = 128 too: 7-15% faster than a consumer
+  /// thread's handover (LOG.md).
+  static constexpr DqIssuer dq_issuer_d128 = DqIssuer::dq_warp;
 };
 /// The variant `DeterministicAtomics` (see its summary).
 struct DeterministicAtomics : Deterministic {
@@ -93,18 +102,27 @@ struct DeterministicAtomics : Deterministic {
       "deterministic, with dQ by atomics at d = 64, a barrier on each side of the turn (the step before)";
   static constexpr DqAdd dq_d64 = DqAdd::atomics;  ///< the change
 };
-/// The variant `DqWarp` (see its summary): the bulk variant with its reductions issued as the
-/// deterministic mode issues them.
-struct DqWarp : Bulk {
+/// The variant `DqWarp` (see its summary): the bulk reductions issued as the deterministic
+/// mode issues them, at both head dims.
+struct DqWarp : Tuned {
   static constexpr const char* name = "dq_warp";  ///< --variant dq_warp
   /// For --help.
   static constexpr const char* summary =
-      "the bulk reduction at both head dims, issued by a warp of the producer warpgroup, which the consumers only tell";
-  static constexpr DqIssuer dq_issuer = DqIssuer::dq_warp;  ///< the change
+      "the bulk reduction issued by a warp of the producer warpgroup, which the consumers only tell, at d = 128 too";
+  static constexpr DqIssuer dq_issuer_d128 = DqIssuer::dq_warp;  ///< the change
+};
+
+/// The variant `Q64` (see its summary).
+struct Q64 : Tuned {
+  static constexpr const char* name = "q64";  ///< --variant q64
+  /// For --help.
+  static constexpr const char* summary =
+      "Q tiles of 64 rows at d = 64 too, each consumer's dQ all 64 rows × half of d (the step before)";
+  static constexpr int br_d64 = 64;  ///< the change
 };
 
 /// Every variant, in LOG.md's order, the finished kernel first.
-using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp>;
+using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp, Q64>;
 
 /// The variants as the demo runs them (`--variant NAME`).
 std::vector<Variant<BackwardStageRun>> variants();

@@ -13,28 +13,29 @@
  *         TMA: K_j, V_j → shared memory once (barrier kv_full)
  *         for each Q tile i that sees a key of tile j:   wait until buffer i % 2 is free,
  *             TMA: Q_i, dO_i → buffer i % 2 (barrier q_full)
- *         deterministic, its second warp, the dQ warp, for each Q tile i: wait until both
- *             halves of dQ_i are in shared memory (named barrier dq_full), and until Q tile i's
- *             flag says it is K/V tile j's turn; add them into dQacc_i with one bulk reduction;
- *             once it is done, pass the turn on and say the buffer is free (dq_empty)
+ *         d = 64 and deterministic, its second warp, the dQ warp, for each Q tile i: wait
+ *             until both halves of dQ_i are in shared memory (named barrier dq_full) and,
+ *             deterministic, until Q tile i's flag says it is K/V tile j's turn; add them into
+ *             dQacc_i with one bulk reduction; once it has read them (deterministic: once it
+ *             is done, and the turn passed on), say the buffer is free (dq_empty)
  *     warpgroups 1 and 2, the consumers (keys 64w .. 64w + 63 of the tile):
  *         for each such Q tile i:
  *             wait q_full;  issue Sᵀ = K_w·Q_iᵀ, then dPᵀ = V_w·dO_iᵀ       (wgmma, both in shared memory)
  *             read lse_i (and, once Sᵀ is done, D_i) for this thread's queries while they run
+ *             (Br = 128: each after its wait, from L1, prefetched there a tile before)
  *             wait for Sᵀ:  Pᵀ = 2^(scale·log2e·Sᵀ − lse·log2e)   (masked where the tile crosses
  *                           the diagonal or the end of the keys; dPᵀ is still being computed)
  *             wait for dPᵀ: dSᵀ = Pᵀ ∘ (dPᵀ − D)
  *             dSᵀ → shared memory, transposed (dS: rows are queries), for dQ
  *             issue dV_w += Pᵀ·dO_i,  dK_w += dSᵀ·Q_i            (wgmma, A from registers)
  *             both consumers' dS written (a named barrier of the two):
- *             issue dQ_i[:, half w] = dS·K_j[:, half w]           (wgmma, both in shared memory)
+ *             issue consumer w's part of dQ_i = dS·K_j            (wgmma, both in shared memory)
  *             wait for all three; hand buffer i % 2 back
- *             dQacc_i += dQ_i: d = 128, the halves → shared memory (fp32), a named barrier, and
- *             one thread adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32);
- *             d = 64, each thread's values by fp32 atomics (tuning.h: what LOG.md measured);
- *             deterministic (--variant deterministic): the halves → shared memory for the dQ
- *             warp, which the consumers only tell (bar.arrive), and go on; the Q tiles taken
- *             from the last down
+ *             dQacc_i += dQ_i, the halves → shared memory (fp32), added by one bulk reduction
+ *             (cp.reduce.async.bulk .add.f32): d = 128, after a named barrier, by one consumer
+ *             thread; d = 64 and deterministic (--variant deterministic), by the dQ warp,
+ *             which the consumers only tell (bar.arrive), and go on (tuning.h: what LOG.md
+ *             measured); deterministic, the Q tiles taken from the last down
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -47,8 +48,9 @@
  * warp stores its dSᵀ fragments transposed (stmatrix .trans, one instruction a k-step) into a
  * 128-byte swizzled tile of Br rows × Bc keys, which wgmma then reads K-major, and K is read
  * MN-major for dQ = dS·K.
- * Each consumer computes dQ for half of d's columns (32 or 64) over all Bc keys, so both
- * consumers' dS must be in shared memory first; dS has two buffers, so one named barrier a
+ * Each consumer computes a part of dQ_i over all Bc keys: with Q tiles of Br = 128 rows (d = 64)
+ * its 64 rows and all of d, with Br = 64 (d = 128) all the rows and half of d's columns. So
+ * both consumers' dS must be in shared memory first; dS has two buffers, so one named barrier a
  * tile is enough (a consumer cannot overwrite a buffer before the other has passed the next
  * tile's barrier, by which time it has waited for its dQ product that read it).
  *
@@ -82,7 +84,6 @@ namespace fa::hopper_backward {
 
 using namespace fa::hopper;  // the instructions' wrappers (stage 08's hopper.cuh)
 constexpr float LOG2E = 1.4426950408889634f;  ///< log2(e): exp(x) = 2^(x·log2(e))
-static_assert(Br == tc_backward::Br, "kernels 1 and 3 are stage 11's, with its padding to Q tiles of Br rows");
 
 constexpr int WG = 128;             ///< threads of a warpgroup
 constexpr int CONSUMERS = 2;        ///< consumer warpgroups, 64 keys each
@@ -104,9 +105,12 @@ static_assert(Bc == 64 * CONSUMERS, "each consumer owns 64 keys: one wgmma M");
 /// rows × D columns is stored as D/64 boxes of R rows × 128 bytes, as TMA writes it.
 template <int D, class S>
 struct Smem {
+  /// Query rows of a Q tile at this head dim (tuning.h).
+  static constexpr int BR = D == 64 ? S::br_d64 : 64;
+  static_assert(BR == 64 || BR == 128, "kernel 1 pads lse and D to whole tiles of 128 rows");
   static constexpr int KV_BYTES = Bc * D * 2;  ///< one K (or V) tile
-  static constexpr int Q_BYTES = Br * D * 2;   ///< one Q (or dO) tile
-  static constexpr int DS_BYTES = Br * Bc * 2;  ///< dS: Br query rows × Bc keys, two boxes of 64 keys
+  static constexpr int Q_BYTES = BR * D * 2;   ///< one Q (or dO) tile
+  static constexpr int DS_BYTES = BR * Bc * 2;  ///< dS: BR query rows × Bc keys, two boxes of 64 keys
   static constexpr int k = 0;                   ///< the K tile
   static constexpr int v = k + KV_BYTES;        ///< the V tile
   static constexpr int q = v + KV_BYTES;            ///< QB Q tiles
@@ -114,8 +118,13 @@ struct Smem {
   static constexpr int ds = d_o + QB * Q_BYTES;     ///< two dS tiles
   /// How dQ's parts are added at this head dim (tuning.h).
   static constexpr DqAdd DQ = D == 64 ? S::dq_d64 : S::dq_d128;
-  /// dQ of a tile in fp32, [Br][D] as in dQacc, for the bulk reduction (two buffers)
-  static constexpr int DQ_BYTES = DQ == DqAdd::bulk ? Br * D * 4 : 0;
+  /// Who issues the bulk reduction at this head dim (tuning.h).
+  static constexpr DqIssuer ISSUER = D == 64 ? S::dq_issuer_d64 : S::dq_issuer_d128;
+  /// dQ_i's columns in a consumer's part, a wgmma of M = 64 query rows: Q tiles of 64 rows,
+  /// all the rows and half w of d; of 128 rows, rows 64w .. 64w + 63 and all of d.
+  static constexpr int DQ_N = BR == 128 ? D : D / 2;
+  /// dQ of a tile in fp32, [BR][D] as in dQacc, for the bulk reduction (two buffers)
+  static constexpr int DQ_BYTES = DQ == DqAdd::bulk ? BR * D * 4 : 0;
   static constexpr int dq = ds + 2 * DS_BYTES;      ///< two dQ tiles (bulk only)
   static constexpr int bars = dq + 2 * DQ_BYTES;    ///< kv_full, q_full[QB], q_empty[QB]
   static constexpr int ticket = bars + 8 * (1 + 2 * QB);  ///< the block's ticket (deterministic only)
@@ -129,7 +138,9 @@ namespace {
  * atomics: each consumer adds its own half) or the first for the whole tile (the bulk
  * reduction). A flag holds the K/V tile whose turn it is to add to that part of dQ.
  */
-int64_t flag_count(const AttentionProblem& p) { return 1 + p.batch_heads() * ((p.seq_q + Br - 1) / Br) * 2; }
+int64_t flag_count(const AttentionProblem& p) {
+  return 1 + p.batch_heads() * ((p.seq_q + 63) / 64) * 2;  // enough for Q tiles of 64 rows or more
+}
 }  // namespace
 
 /**
@@ -150,7 +161,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int* flags, int heads,
                     int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal) {
   using L = Smem<D, S>;
-  static_assert(!(S::deterministic && L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::consumer),
+  constexpr int Br = L::BR;  // query rows of a Q tile
+  static_assert(!(S::deterministic && L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::consumer),
                 "deterministic, the dQ warp issues the bulk reduction: it keeps the turns");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -211,7 +223,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           tma_load_4d(smem + L::d_o + buf * L::Q_BYTES + c * Br * 128, &tdo, &q_full[buf], 64 * c, i0, h, b);
         }
       }
-    } else if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::dq_warp) {
+    } else if constexpr (L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::dq_warp) {
       if (threadIdx.x / 32 == 1) {  // ---- the dQ warp: each tile's dQ into dQacc, one bulk reduction ----
         const int lane = threadIdx.x % 32;
         for (int n = 0; n < q_tiles; ++n) {
@@ -294,17 +306,30 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     // Sᵀ and dPᵀ are in flight. This thread's queries' lse·log2e is read meanwhile, and D while
     // Pᵀ is computed (kernel 1's workspace, padded to whole tiles: no bounds to check). Read
-    // after a wait, they cost a tile an L2 latency (LOG.md).
+    // after a wait, they cost a tile an L2 latency (LOG.md). With Q tiles of 128 rows their 64
+    // registers do not fit beside Sᵀ and dPᵀ (ptxas spills): lse is read after the first wait,
+    // D after the second, both from L1, where the tile before has prefetched them.
     float2 lse_q[Br / 8], D_q[Br / 8];
+    if constexpr (Br == 128) {
+      if (n + 1 < q_tiles && lane < 8) prefetch_l1((lane < 4 ? lse_h : D_h) + tile_row(n + 1) + 32 * (lane % 4));
+    } else {
 #pragma unroll
-    for (int nq = 0; nq < Br / 8; ++nq) lse_q[nq] = *reinterpret_cast<const float2*>(lse_h + i0 + 8 * nq + 2 * t);
+      for (int nq = 0; nq < Br / 8; ++nq) lse_q[nq] = *reinterpret_cast<const float2*>(lse_h + i0 + 8 * nq + 2 * t);
+    }
 
     // Pᵀ, while dPᵀ is computed. Only a tile that crosses the diagonal or the end of the keys
     // is masked; queries past Nq need no mask: their lse is +inf (kernel 1's padding).
     wgmma_wait<1>();
     fence_registers(s);
+    if constexpr (Br == 128) {
 #pragma unroll
-    for (int nq = 0; nq < Br / 8; ++nq) D_q[nq] = *reinterpret_cast<const float2*>(D_h + i0 + 8 * nq + 2 * t);
+      for (int nq = 0; nq < Br / 8; ++nq) lse_q[nq] = *reinterpret_cast<const float2*>(lse_h + i0 + 8 * nq + 2 * t);
+    }
+    const auto read_D = [&] {
+#pragma unroll
+      for (int nq = 0; nq < Br / 8; ++nq) D_q[nq] = *reinterpret_cast<const float2*>(D_h + i0 + 8 * nq + 2 * t);
+    };
+    if constexpr (Br == 64) read_D();
     const bool needs_mask = key_w + 64 > seq_kv || (causal && key_w + 63 > i0);
 #pragma unroll
     for (int nq = 0; nq < Br / 8; ++nq) {
@@ -320,6 +345,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // dSᵀ = Pᵀ ∘ (dPᵀ − D).
     wgmma_wait<0>();
     fence_registers(dp);
+    if constexpr (Br == 128) read_D();
 #pragma unroll
     for (int nq = 0; nq < Br / 8; ++nq) {
 #pragma unroll
@@ -373,17 +399,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_commit();
 
-    // dQ_i's half w of d = dS·K_j over all Bc keys: both consumers' dS must be written.
+    // This consumer's part of dQ_i = dS·K_j over all Bc keys (L::DQ_N: 64 rows from
+    // dq_row0, L::DQ_N columns from dq_col0): both consumers' dS must be written.
     named_barrier_sync(1, CONSUMERS * WG);
-    float dq[D / 4];  // 64 queries × D/2 columns
+    const int dq_row0 = Br == 128 ? 64 * w : 0, dq_col0 = Br == 128 ? 0 : D / 2 * w;
+    float dq[L::DQ_N / 2];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk) {
       const int box = kk / 4, along = kk % 4 * 32;
-      // K's keys 16kk .. 16kk + 15, columns D/2·w ..: d = 128, box w; d = 64, 64 bytes into box 0's rows.
-      const uint8_t* kb = Ks + kk * 16 * 128 + (D == 128 ? w * Bc * 128 : w * 64);
-      wgmma_ss<T, D / 2, true>(dq, smem_desc(dSs + box * Br * 128 + along, 16, 1024),
-                               smem_desc(kb, Bc * 128, 1024), kk > 0);
+      // K's keys 16kk .. 16kk + 15 from column dq_col0: d = 128, box w; d = 64, 64 bytes into
+      // box 0's rows (half w) or the whole box (Br = 128).
+      const uint8_t* kb = Ks + kk * 16 * 128 + (D == 128 ? w * Bc * 128 : dq_col0 * 2);
+      wgmma_ss<T, L::DQ_N, true>(dq, smem_desc(dSs + box * Br * 128 + dq_row0 * 128 + along, 16, 1024),
+                                 smem_desc(kb, Bc * 128, 1024), kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -396,26 +425,26 @@ __global__ void __launch_bounds__(THREADS, 1)
     // to the same rows, from other blocks, so the additions are atomic. Deterministic: in the
     // order of the K/V tiles, K/V tile j when the flag of this part of dQ_i reads j.
     const int q_valid = seq_q - i0 < Br ? seq_q - i0 : Br;  // rows of the tile inside the head
-    // Deterministic: the flags of this Q tile's two halves of d, and this K/V tile's turn.
+    // Deterministic: the flags of this Q tile's two parts (one a consumer), and this K/V tile's turn.
     const auto flag = [&](int half) {
       return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
     };
     const int turn = j0 / Bc;
-    // With the bulk reduction: both halves into shared memory buffer n % 2, laid out as dQacc's
+    // With the bulk reduction: both parts into shared memory buffer n % 2, laid out as dQacc's
     // rows are, and fenced (the copy engine reads it through the async proxy).
     float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
     const auto store_dq_tile = [&] {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float* row = dq_tile + (16 * warp + g + 8 * r) * D + D / 2 * w + 2 * t;
+        float* row = dq_tile + (dq_row0 + 16 * warp + g + 8 * r) * D + dq_col0 + 2 * t;
 #pragma unroll
-        for (int nc = 0; nc < D / 16; ++nc) {
+        for (int nc = 0; nc < L::DQ_N / 8; ++nc) {
           *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
         }
       }
       fence_proxy_async();
     };
-    if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::dq_warp) {
+    if constexpr (L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::dq_warp) {
       // For the dQ warp's reduction. Buffer n % 2: wait until the reduction of tile n − 2 has
       // read it; then only arrive, so that the reduction (and, deterministic, its turn) is off
       // this path.
@@ -443,11 +472,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       wait_turn();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int q = 16 * warp + g + 8 * r;
+        const int q = dq_row0 + 16 * warp + g + 8 * r;
         if (q >= q_valid) continue;
-        float* row = dQh + static_cast<int64_t>(i0 + q) * D + D / 2 * w + 2 * t;
+        float* row = dQh + static_cast<int64_t>(i0 + q) * D + dq_col0 + 2 * t;
 #pragma unroll
-        for (int nc = 0; nc < D / 16; ++nc) {
+        for (int nc = 0; nc < L::DQ_N / 8; ++nc) {
           const float add[2] = {dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]};
           dev::atomic_add_vec<2, true>(row + 8 * nc, add);
         }
@@ -455,7 +484,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       pass_turn();
     }
   }
-  if constexpr (L::DQ == DqAdd::bulk && S::dq_issuer == DqIssuer::consumer) {
+  if constexpr (L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::consumer) {
     if (threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends
   }
 
@@ -480,16 +509,16 @@ using tc_backward::Workspace;
 
 template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
-  if (p.seq_q > 2147483647 - Br || p.seq_kv > 2147483647 - Bc) throw InputError("stage 13: sequences too long");
+  if (p.seq_q > 2147483647 - 128 || p.seq_kv > 2147483647 - Bc) throw InputError("stage 13: sequences too long");
   require_copyable(p, layout, "stage 13");
   const int64_t kv_blocks = (p.seq_kv + Bc - 1) / Bc * p.batch_heads();
   if (kv_blocks > 0x7fffffff) {
     throw InputError("stage 13: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
   }
-  const CUtensorMap tq = tensor_map_4d<T>(t.q, p, p.seq_q, layout.q, Br, "stage 13");
+  const CUtensorMap tq = tensor_map_4d<T>(t.q, p, p.seq_q, layout.q, Smem<D, S>::BR, "stage 13");
   const CUtensorMap tk = tensor_map_4d<T>(t.k, p, p.seq_kv, layout.k, Bc, "stage 13");
   const CUtensorMap tv = tensor_map_4d<T>(t.v, p, p.seq_kv, layout.v, Bc, "stage 13");
-  const CUtensorMap tdo = tensor_map_4d<T>(t.d_o, p, p.seq_q, layout.d_o, Br, "stage 13");
+  const CUtensorMap tdo = tensor_map_4d<T>(t.d_o, p, p.seq_q, layout.d_o, Smem<D, S>::BR, "stage 13");
 
   const Workspace ws = tc_backward::split_workspace(p, workspace);
   tc_backward::prepare(p, t, layout, ws, "stage 13");
@@ -536,6 +565,11 @@ std::string unavailable_reason() {
 std::size_t shared_bytes(int64_t d) {
   hopper::require_head_dim(d, "stage 13");
   return d == 64 ? Smem<64, Tuned>::bytes : Smem<128, Tuned>::bytes;
+}
+
+int q_tile_rows(int64_t d) {
+  hopper::require_head_dim(d, "stage 13");
+  return d == 64 ? Smem<64, Tuned>::BR : Smem<128, Tuned>::BR;
 }
 
 std::size_t workspace_bytes(const AttentionProblem& p) {
