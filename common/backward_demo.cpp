@@ -153,7 +153,8 @@ class BackwardDemo final : public Demo {
     r.workspace_bytes = workspace;
     r.hbm_model_bytes = stage_.hbm_bytes(p_);
     if (!variant_.empty()) r.notes.push_back({"variant", variant_});
-    r.notes.push_back({"tiles", stage_.tiles(p_)});
+    // The stage describes its finished kernel's tiles; a variant may choose others.
+    r.notes.push_back({"tiles", (variant_.empty() ? "" : "the finished kernel's: ") + stage_.tiles(p_)});
     r.notes.push_back({"memory", "the workspace holds " + stage_.workspace_what + "; storing P would need " +
                                      format_bytes(stored_p_bytes())});
     if (opt_.check) {
