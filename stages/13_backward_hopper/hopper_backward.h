@@ -16,8 +16,9 @@
 
 namespace fa::hopper_backward {
 
+// A block owns Bc keys; a Q tile, the inner loop, has 64 or 128 rows (tuning.h chooses per
+// head dim; q_tile_rows() says which).
 constexpr int Bc = 128;  ///< key rows a block owns: 64 for each of its two consumer warpgroups
-/// (A Q tile, the inner loop, has 64 or 128 rows: tuning.h chooses per head dim.)
 
 /// The tensors of one backward pass: stage 11's (Q, K, V, O, dO in p.dtype, lse in fp32,
 /// dQ, dK and dV written contiguous).
