@@ -2,8 +2,9 @@
 # Stage 13's tuning log, measured: builds the stage once (its variants are the typed
 # configurations of stages/13_backward_hopper/tuning.h, run with --variant: how dQ's parts are
 # added, by atomics or by one bulk reduction a tile, and by whom, at each head dim; in a fixed
-# order or not; Q tiles of 64 or 128 rows at d = 64) and times every variant at the benchmark's shapes (FP16: d = 64 at B = 4, H = 32,
-# N = 4096; d = 128 at B = 1, H = 16, N = 8192) in two alternating rounds on a Hopper GPU,
+# order or not; Q tiles of 64 or 128 rows at d = 64) and times every variant at the benchmark's
+# shapes (FP16: d = 64 at B = 4, H = 32, N = 4096; d = 128 at B = 1, H = 16, N = 8192) in two
+# alternating rounds on a Hopper GPU,
 # with ptxas' registers and spills of each kernel. The gradients are not checked here (the tests check every variant);
 # the times are medians of 10.
 # Usage: bash benchmarks/tune_stage13.sh [out-dir]   (needs nvcc 12+, CMake, Ninja, a Hopper GPU)

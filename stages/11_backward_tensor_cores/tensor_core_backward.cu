@@ -485,10 +485,10 @@ void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq) {
   FA_CHECK_LAUNCH("convert_dq_kernel");
 }
 
-int64_t padded_seq_q(const AttentionProblem& p) { return (p.seq_q + 127) / 128 * 128; }
+int64_t padded_seq_q(const AttentionProblem& p) { return (p.seq_q + PAD_ROWS - 1) / PAD_ROWS * PAD_ROWS; }
 
 Workspace split_workspace(const AttentionProblem& p, void* workspace) {
-  const int64_t padded = p.batch_heads() * padded_seq_q(p);  // a multiple of 128: each piece stays 16-byte aligned
+  const int64_t padded = p.batch_heads() * padded_seq_q(p);  // a multiple of PAD_ROWS: each piece stays 16-byte aligned
   float* base = static_cast<float*>(workspace);
   return {base, base + padded, base + 2 * padded};
 }

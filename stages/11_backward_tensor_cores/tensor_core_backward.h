@@ -48,8 +48,12 @@ struct Workspace {
   float* dQacc;  ///< [B·H·Nq][d]
 };
 
-/// Query rows of one head in the workspace: whole tiles of 128 rows, which hold whole Q tiles
-/// of this stage (Br = 64) and of stage 13 (64 or 128 rows).
+/// The rows padded_seq_q() rounds up to: whole Q tiles of this stage (Br = 64) and of stage 13
+/// (64 or 128 rows), so that a kernel reads lse and D of a whole tile without a bounds check.
+constexpr int PAD_ROWS = 128;
+static_assert(PAD_ROWS % Br == 0, "the padding holds whole Q tiles of this stage");
+
+/// Query rows of one head in the workspace: whole tiles of PAD_ROWS rows.
 int64_t padded_seq_q(const AttentionProblem& p);
 
 /// The pieces of a workspace of workspace_bytes(p) bytes.

@@ -107,7 +107,7 @@ template <int D, class S>
 struct Smem {
   /// Query rows of a Q tile at this head dim (tuning.h).
   static constexpr int BR = D == 64 ? S::br_d64 : 64;
-  static_assert(BR == 64 || BR == 128, "kernel 1 pads lse and D to whole tiles of 128 rows");
+  static_assert(tc_backward::PAD_ROWS % BR == 0, "kernel 1 pads lse and D to whole tiles of PAD_ROWS rows");
   static constexpr int KV_BYTES = Bc * D * 2;  ///< one K (or V) tile
   static constexpr int Q_BYTES = BR * D * 2;   ///< one Q (or dO) tile
   static constexpr int DS_BYTES = BR * Bc * 2;  ///< dS: BR query rows × Bc keys, two boxes of 64 keys
@@ -195,8 +195,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int i_start = causal ? j0 / Br * Br : 0;
   const int q_tiles = seq_q > i_start ? (seq_q - i_start + Br - 1) / Br : 0;  // the loop's Q tiles
   const auto tile_row = [&](int n) { return i_start + (S::deterministic ? q_tiles - 1 - n : n) * Br; };
-  // For the dQ warp (the consumers work theirs out where they use them): the flag of Q tile
-  // i0's dQ (deterministic), this K/V tile's turn, and the head's rows of dQacc.
+  // For the dQ warp and the consumers: the flag of part `half` of Q tile i0's dQ
+  // (deterministic), this K/V tile's turn, and the head's rows of dQacc.
   const auto tile_flag = [&](int i0, int half) {
     return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
   };
@@ -260,7 +260,6 @@ __global__ void __launch_bounds__(THREADS, 1)
   // 8n + 2t and + 1 of the tile, n < Br/8 (Sᵀ, dPᵀ) or D/16 (dQ's half of d).
   const float* lse_h = lse2 + static_cast<int64_t>(bh) * seq_q_pad;
   const float* D_h = Dvec + static_cast<int64_t>(bh) * seq_q_pad;
-  float* dQh = dQacc + static_cast<int64_t>(bh) * seq_q * D;
   const uint8_t* Ks = smem + L::k;
   const uint8_t* Vs = smem + L::v;
 
@@ -310,26 +309,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     // registers do not fit beside Sᵀ and dPᵀ (ptxas spills): lse is read after the first wait,
     // D after the second, both from L1, where the tile before has prefetched them.
     float2 lse_q[Br / 8], D_q[Br / 8];
+    const auto read = [&](float2(&v)[Br / 8], const float* h) {
+#pragma unroll
+      for (int nq = 0; nq < Br / 8; ++nq) v[nq] = *reinterpret_cast<const float2*>(h + i0 + 8 * nq + 2 * t);
+    };
     if constexpr (Br == 128) {
       if (n + 1 < q_tiles && lane < 8) prefetch_l1((lane < 4 ? lse_h : D_h) + tile_row(n + 1) + 32 * (lane % 4));
     } else {
-#pragma unroll
-      for (int nq = 0; nq < Br / 8; ++nq) lse_q[nq] = *reinterpret_cast<const float2*>(lse_h + i0 + 8 * nq + 2 * t);
+      read(lse_q, lse_h);
     }
 
     // Pᵀ, while dPᵀ is computed. Only a tile that crosses the diagonal or the end of the keys
     // is masked; queries past Nq need no mask: their lse is +inf (kernel 1's padding).
     wgmma_wait<1>();
     fence_registers(s);
-    if constexpr (Br == 128) {
-#pragma unroll
-      for (int nq = 0; nq < Br / 8; ++nq) lse_q[nq] = *reinterpret_cast<const float2*>(lse_h + i0 + 8 * nq + 2 * t);
-    }
-    const auto read_D = [&] {
-#pragma unroll
-      for (int nq = 0; nq < Br / 8; ++nq) D_q[nq] = *reinterpret_cast<const float2*>(D_h + i0 + 8 * nq + 2 * t);
-    };
-    if constexpr (Br == 64) read_D();
+    if constexpr (Br == 128) read(lse_q, lse_h);
+    if constexpr (Br == 64) read(D_q, D_h);
     const bool needs_mask = key_w + 64 > seq_kv || (causal && key_w + 63 > i0);
 #pragma unroll
     for (int nq = 0; nq < Br / 8; ++nq) {
@@ -345,7 +340,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // dSᵀ = Pᵀ ∘ (dPᵀ − D).
     wgmma_wait<0>();
     fence_registers(dp);
-    if constexpr (Br == 128) read_D();
+    if constexpr (Br == 128) read(D_q, D_h);
 #pragma unroll
     for (int nq = 0; nq < Br / 8; ++nq) {
 #pragma unroll
@@ -426,10 +421,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     // order of the K/V tiles, K/V tile j when the flag of this part of dQ_i reads j.
     const int q_valid = seq_q - i0 < Br ? seq_q - i0 : Br;  // rows of the tile inside the head
     // Deterministic: the flags of this Q tile's two parts (one a consumer), and this K/V tile's turn.
-    const auto flag = [&](int half) {
-      return flags + 1 + (static_cast<int64_t>(bh) * ((seq_q + Br - 1) / Br) + i0 / Br) * 2 + half;
-    };
-    const int turn = j0 / Bc;
+    const auto flag = [&](int half) { return tile_flag(i0, half); };
+    const int turn = kv_turn;
     // With the bulk reduction: both parts into shared memory buffer n % 2, laid out as dQacc's
     // rows are, and fenced (the copy engine reads it through the async proxy).
     float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
@@ -458,7 +451,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       store_dq_tile();
       named_barrier_sync(2, CONSUMERS * WG);
       if (threadIdx.x == WG) {
-        bulk_reduce_add(dQh + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
+        bulk_reduce_add(dq_rows + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
         bulk_commit();
         bulk_wait_read<1>();  // the tile before's reduction has read its buffer
       }
@@ -494,7 +487,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int r = 0; r < 2; ++r) {
         const int q = dq_row0 + 16 * warp + g + 8 * r;
         if (q >= q_valid) continue;
-        float* row = dQh + static_cast<int64_t>(i0 + q) * D + dq_col0 + 2 * t;
+        float* row = dq_rows + static_cast<int64_t>(i0 + q) * D + dq_col0 + 2 * t;
 #pragma unroll
         for (int nc = 0; nc < L::DQ_N / 8; ++nc) {
           const float add[2] = {dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]};
@@ -529,7 +522,7 @@ using tc_backward::Workspace;
 
 template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
-  if (p.seq_q > 2147483647 - 128 || p.seq_kv > 2147483647 - Bc) throw InputError("stage 13: sequences too long");
+  if (p.seq_q > 2147483647 - tc_backward::PAD_ROWS || p.seq_kv > 2147483647 - Bc) throw InputError("stage 13: sequences too long");
   require_copyable(p, layout, "stage 13");
   const int64_t kv_blocks = (p.seq_kv + Bc - 1) / Bc * p.batch_heads();
   if (kv_blocks > 0x7fffffff) {
