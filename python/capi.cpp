@@ -16,6 +16,7 @@
 #include "common/device.h"
 #include "common/errors.h"
 #include "common/problem.h"
+#include "common/stream.h"
 #include "stages/01_naive/naive_attention.h"
 #include "stages/02_online_softmax/online_softmax.h"
 #include "stages/03_streaming/streaming_attention.h"
@@ -82,40 +83,6 @@ fa::Layout layout_of(const fa::AttentionProblem& p, const int64_t* strides, int 
 void require_fp32(const fa::AttentionProblem& p, const std::string& stage) {
   if (p.dtype != fa::DType::F32) throw fa::InputError("stage " + stage + " computes in fp32 only");
 }
-
-// Orders a stage's launches (on the default stream) after the work already queued on
-// `stream`, and that stream's later work after them, without waiting on the host. The CPU
-// backend runs every launch to completion when it is made, so there is nothing to order.
-class OnStream {
- public:
-  explicit OnStream([[maybe_unused]] void* stream) {
-#if !FA_CPU_BACKEND
-    stream_ = static_cast<cudaStream_t>(stream);
-    if (!stream_) return;  // the default stream itself
-    cudaEvent_t ready;
-    FA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    FA_CUDA_CHECK(cudaEventRecord(ready, stream_));
-    FA_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, ready, 0));
-    FA_CUDA_CHECK(cudaEventDestroy(ready));  // released once it has completed
-#endif
-  }
-  /// The stage's launches are queued: `stream`'s later work waits for them.
-  void done() {
-#if !FA_CPU_BACKEND
-    if (!stream_) return;
-    cudaEvent_t finished;
-    FA_CUDA_CHECK(cudaEventCreateWithFlags(&finished, cudaEventDisableTiming));
-    FA_CUDA_CHECK(cudaEventRecord(finished, cudaStreamLegacy));
-    FA_CUDA_CHECK(cudaStreamWaitEvent(stream_, finished, 0));
-    FA_CUDA_CHECK(cudaEventDestroy(finished));
-#endif
-  }
-
- private:
-#if !FA_CPU_BACKEND
-  cudaStream_t stream_ = nullptr;
-#endif
-};
 
 // Whether stage 13 runs here: a Hopper GPU, or the CPU backend.
 bool stage13_runs_here() {
@@ -212,7 +179,7 @@ FA_API int fa_stages_forward_workspace(const char* stage, int dtype, int64_t b, 
  * 08); stages 01, 02 and 04 leave it alone (04's m and l are in the workspace). `stats`:
  * null, or for stage 05 [B, H, Nq] pairs of floats that receive each row's m and 1/l
  * (fa::flash2::RowStats), which fa_stages_backward takes for stage 10. `stream` is the
- * caller's CUDA stream (null: the default stream); the work is ordered on it.
+ * caller's CUDA stream (null: the default stream); the kernels are launched on it.
  */
 FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h, int64_t nq, int64_t nkv, int64_t d,
                              double scale, int causal, const void* q, const void* k, const void* v, void* o,
@@ -224,7 +191,7 @@ FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h,
     if (strides && s != "08") throw fa::InputError("stage " + s + " reads contiguous tensors only: pass no strides");
     if (stats && s != "05") throw fa::InputError("only stage 05 hands over m and 1/l: pass no stats");
     select_device(device);
-    OnStream on(stream);
+    const fa::StreamScope on(static_cast<cudaStream_t>(stream));  // the stages launch on the caller's stream
     const auto* fq = static_cast<const float*>(q);
     const auto* fk = static_cast<const float*>(k);
     const auto* fv = static_cast<const float*>(v);
@@ -257,7 +224,6 @@ FA_API int fa_stages_forward(const char* stage, int dtype, int64_t b, int64_t h,
       throw fa::InputError("no forward stage \"" + s + "\": stages 01 to 08 compute attention");
     }
     FA_CUDA_CHECK(cudaGetLastError());
-    on.done();
   });
 }
 
@@ -316,11 +282,10 @@ FA_API int fa_stages_masked_forward(const void* plan, int dtype, int64_t b, int6
 #if FA_HAVE_STAGE08
     const fa::AttentionProblem p = problem(dtype, b, h, nq, nkv, d, scale, causal);
     select_device(device);
-    OnStream on(stream);
+    const fa::StreamScope on(static_cast<cudaStream_t>(stream));  // the stages launch on the caller's stream
     fa::masks::attention_strided(p, q, k, v, o, lse, layout_of(p, strides, 4),
                                  *static_cast<const fa::masks::Plan*>(plan));
     FA_CUDA_CHECK(cudaGetLastError());
-    on.done();
 #else
     throw fa::NoGpuError("this build has no stage 12 (it needs nvcc 12 or newer)");
 #endif
@@ -377,7 +342,7 @@ FA_API int fa_stages_backward(const char* stage, int deterministic, int dtype, i
     const std::string s = backward_stage(p, stage, deterministic != 0);
     if (strides && s == "10") throw fa::InputError("stage 10 (fp32) reads contiguous tensors only: pass no strides");
     if (stats && s != "10") throw fa::InputError("only stage 10 reads stage 05's m and 1/l: pass no stats");
-    OnStream on(stream);
+    const fa::StreamScope on(static_cast<cudaStream_t>(stream));  // the stages launch on the caller's stream
     if (s == "10") {
       const auto f = [](const void* x) { return static_cast<const float*>(x); };
       const auto w = [](void* x) { return static_cast<float*>(x); };
@@ -397,6 +362,5 @@ FA_API int fa_stages_backward(const char* stage, int deterministic, int dtype, i
 #endif
     }
     FA_CUDA_CHECK(cudaGetLastError());
-    on.done();
   });
 }

@@ -332,6 +332,67 @@ def strided_views(device):
           "float16, k and v broadcast over the batch (stride 0): copied, as TMA cannot read them")
 
 
+def streams_and_graphs(device):
+    """On a GPU the kernels launch on PyTorch's current stream: a call on a side stream reads
+    what that stream queued before it, and a CUDA graph captures a forward and backward pass
+    whose replay on new inputs gives the eager O and gradients (float32: stages 05 and 10;
+    bfloat16: the fastest stages here)."""
+    if device != "cuda":
+        return
+    b, h, n, d = 2, 3, 200, 64
+    main_stream = torch.cuda.current_stream()
+    for dtype in (torch.float32, torch.bfloat16):
+        name = str(dtype).replace("torch.", "")
+        q, k, v, grad_o = inputs((b, h, n, d), (b, h, n, d), dtype, device, 41, requires_grad=False)
+        want = fa_stages.attention(q, k, v, causal=True)
+        side = torch.cuda.Stream()
+        late_q = torch.zeros_like(q)
+        side.wait_stream(main_stream)
+        with torch.cuda.stream(side):  # PyTorch's streams do not wait for the default stream
+            torch.cuda._sleep(20_000_000)  # about 10 ms: q lands late on this stream
+            late_q.copy_(q)
+            got = fa_stages.attention(late_q, k, v, causal=True)
+        main_stream.wait_stream(side)
+        check(torch.equal(got, want), "%s: a call on a side stream reads what that stream queued first" % name)
+
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        static_grad = grad_o.clone()
+
+        def step():
+            o = fa_stages.attention(*leaves, causal=True)
+            o.backward(static_grad)
+            return o
+
+        side.wait_stream(main_stream)
+        with torch.cuda.stream(side):  # warm up off the default stream, as CUDA graphs ask
+            for _ in range(2):
+                step()
+                for t in leaves:
+                    t.grad = None
+        main_stream.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                static_o = step()
+        except RuntimeError as e:
+            check(False, "%s: a forward and backward pass captured in a CUDA graph (%s)" % (name, e))
+            continue
+        q2, k2, v2, grad2 = inputs((b, h, n, d), (b, h, n, d), dtype, device, 42)
+        with torch.no_grad():
+            for t, new in zip(leaves + [static_grad], (q2, k2, v2, grad2)):
+                t.copy_(new)
+        graph.replay()
+        o2 = fa_stages.attention(q2, k2, v2, causal=True)
+        o2.backward(grad2)
+        torch.cuda.synchronize()
+        check(torch.equal(static_o, o2), "%s: a CUDA graph's replay on new inputs gives the eager O" % name)
+        check(torch.equal(leaves[1].grad, k2.grad) and torch.equal(leaves[2].grad, v2.grad),
+              "%s: ... and the eager dK and dV" % name)
+        dq_err = max_error(leaves[0].grad, q2.grad)
+        check(dq_err <= 0.01 * q2.grad.float().abs().max().item(),  # atomics add dQ in any order
+              "%s: ... and the eager dQ (largest difference %.3g)" % (name, dq_err))
+
+
 def compiled(device):
     """Under torch.compile, attention() is one operator in the graph (no break), and the
     compiled function's O and gradients are the eager ones: float32 (stage 05, whose m and
@@ -465,6 +526,7 @@ def main():
     bad_inputs(device)
     layouts(device)
     strided_views(device)
+    streams_and_graphs(device)
     compiled(device)
     masks(device)
     print("%d failed" % len(FAILURES) if FAILURES else "all passed")

@@ -33,7 +33,8 @@ using RowSoftmax = void (*)(const float* in, float* out, int64_t rows, int64_t c
 void softmax_rows(const float* in, float* out, int64_t rows, int64_t cols);
 
 /**
- * O = softmax(scale·Q·Kᵀ)·V in three kernel launches on the default stream.
+ * O = softmax(scale·Q·Kᵀ)·V in three kernel launches, on fa::stream() (common/stream.h: the
+ * default stream unless the caller names another).
  * \param p the problem; \param Q, K, V the inputs; \param O the output;
  * \param S device buffer of workspace_bytes(p) bytes; holds S, then P.
  * \param softmax the middle step; stage 02 passes its online softmax here to show

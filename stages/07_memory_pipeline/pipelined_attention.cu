@@ -50,6 +50,7 @@
 #include "common/cuda_check.h"
 #include "common/device_math.cuh"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/07_memory_pipeline/cp_async.cuh"
@@ -434,7 +435,7 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
                                      static_cast<int>(smem)));
   const unsigned blocks = q_tile_grid(p, C::Br, "stage 07");
   constexpr float LOG2E = 1.4426950408889634f;
-  pipelined_kernel<T, D, S><<<blocks, C::THREADS, smem>>>(
+  pipelined_kernel<T, D, S><<<blocks, C::THREADS, smem, fa::stream()>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       p.seq_q, p.seq_kv, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("pipelined_kernel");

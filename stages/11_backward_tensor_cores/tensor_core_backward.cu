@@ -62,6 +62,7 @@
 #include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/07_memory_pipeline/cp_async.cuh"
 #include "stages/11_backward_tensor_cores/tuning.h"
@@ -467,7 +468,7 @@ void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, 
   with_head_dim(p.dim, [&](auto dim) {
     tc::with_mma_type(p.dtype, stage.c_str(), [&](auto type) {
       using T = decltype(type);
-      prepare_kernel<T, decltype(dim)::value><<<static_cast<unsigned>(blocks), 256>>>(
+      prepare_kernel<T, decltype(dim)::value><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
           static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), layout.o, layout.d_o, p.heads, t.lse, ws.lse2,
           ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
     });
@@ -480,7 +481,8 @@ void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq) {
   const int64_t blocks = std::min<int64_t>((pairs + 255) / 256, 65535);
   tc::with_mma_type(p.dtype, "finish_dq", [&](auto type) {
     using T = decltype(type);
-    convert_dq_kernel<T><<<static_cast<unsigned>(blocks), 256>>>(ws.dQacc, static_cast<T*>(dq), pairs, p.scale);
+    convert_dq_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(ws.dQacc, static_cast<T*>(dq), pairs,
+                                                                                   p.scale);
   });
   FA_CHECK_LAUNCH("convert_dq_kernel");
 }
@@ -517,7 +519,7 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   const std::size_t smem = C::SMEM_BYTES;
   FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  dkdv_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), C::THREADS, smem>>>(
+  dkdv_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), C::THREADS, smem, fa::stream()>>>(
       static_cast<const T*>(t.q), static_cast<const T*>(t.k), static_cast<const T*>(t.v),
       static_cast<const T*>(t.d_o), layout, p.heads, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk),
       static_cast<T*>(t.dv), p.seq_q, p.seq_kv, seq_q_pad, p.scale, p.scale * LOG2E, p.causal);

@@ -44,6 +44,7 @@
 #include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/08_hopper/hopper.cuh"
 #include "stages/08_hopper/tuning.h"
@@ -522,9 +523,9 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   const unsigned units = order.persistent ? static_cast<unsigned>(bh * order.pairs()) : tiles;
   const unsigned blocks = order.persistent ? std::min(units, static_cast<unsigned>(sms)) : tiles;
   const Plan::DeviceTables& pt = plan.tables();
-  masked_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem>>>(tq, tk, tv, static_cast<T*>(O), layout.o, lse,
-                                                                 static_cast<int>(p.seq_q), static_cast<float>(p.scale) * LOG2E,
-                                                                 order, Tables{pt.keys, pt.list_at, pt.list});
+  masked_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem, fa::stream()>>>(
+      tq, tk, tv, static_cast<T*>(O), layout.o, lse, static_cast<int>(p.seq_q), static_cast<float>(p.scale) * LOG2E,
+      order, Tables{pt.keys, pt.list_at, pt.list});
   FA_CHECK_LAUNCH("masked_kernel");
 }
 

@@ -74,6 +74,7 @@
 #include "common/cuda_check.h"
 #include "common/device_math.cuh"
 #include "common/errors.h"
+#include "common/stream.h"
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/08_hopper/hopper.cuh"
 #include "stages/08_hopper/hopper_attention.h"
@@ -536,11 +537,11 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   const Workspace ws = tc_backward::split_workspace(p, workspace);
   tc_backward::prepare(p, t, layout, ws, "stage 13");
   int* flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + tc_backward::workspace_bytes(p));
-  if constexpr (S::deterministic) FA_CUDA_CHECK(cudaMemsetAsync(flags, 0, flag_count(p) * sizeof(int)));
+  if constexpr (S::deterministic) FA_CUDA_CHECK(cudaMemsetAsync(flags, 0, flag_count(p) * sizeof(int), fa::stream()));
 
   const int smem = Smem<D, S>::bytes;
   FA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
+  backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem, fa::stream()>>>(
       tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
       S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q),
       static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);

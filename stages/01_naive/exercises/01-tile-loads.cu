@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include "common/cuda_check.h"
+#include "common/stream.h"
 
 namespace fa::naive {
 
@@ -161,7 +162,7 @@ void tiled_matmul(const float* A, const float* B, float* C, int64_t M, int64_t N
   const dim3 block(TILE, THREAD_ROWS);
   const dim3 grid(static_cast<unsigned>((N + TILE - 1) / TILE), static_cast<unsigned>(tiles_m),
                   static_cast<unsigned>(std::min(batch, kMaxGridYZ)));
-  tiled_matmul_kernel<TransposeB><<<grid, block>>>(A, B, C, M, N, K, batch, alpha, causal);
+  tiled_matmul_kernel<TransposeB><<<grid, block, 0, fa::stream()>>>(A, B, C, M, N, K, batch, alpha, causal);
   FA_CHECK_LAUNCH("tiled_matmul_kernel");
 }
 
@@ -174,7 +175,7 @@ std::size_t workspace_bytes(const AttentionProblem& p) {
 void softmax_rows(const float* in, float* out, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min(rows, kMaxGridX));
-  softmax_rows_kernel<<<blocks, SOFTMAX_THREADS>>>(in, out, rows, cols);
+  softmax_rows_kernel<<<blocks, SOFTMAX_THREADS, 0, fa::stream()>>>(in, out, rows, cols);
   FA_CHECK_LAUNCH("softmax_rows_kernel");
 }
 

@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "common/cuda_check.h"
+#include "common/stream.h"
 
 namespace fa::online {
 
@@ -75,7 +76,7 @@ __global__ void online_softmax_kernel(const float* in, float* out, float* m_out,
 void softmax_rows(const float* in, float* out, float* m, float* l, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 2147483647));
-  online_softmax_kernel<<<blocks, THREADS>>>(in, out, m, l, rows, cols);
+  online_softmax_kernel<<<blocks, THREADS, 0, fa::stream()>>>(in, out, m, l, rows, cols);
   FA_CHECK_LAUNCH("online_softmax_kernel");
 }
 

@@ -27,6 +27,7 @@
 
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 
 namespace fa::streaming {
 
@@ -79,8 +80,8 @@ template <int D>
 void launch(const AttentionProblem& p, const float* Q, const float* K, const float* V, float* O, float* lse) {
   const int64_t rows = p.rows();
   const int64_t blocks = (rows + THREADS - 1) / THREADS;
-  streaming_attention_kernel<D><<<static_cast<unsigned>(blocks), THREADS>>>(Q, K, V, O, lse, rows, p.seq_q,
-                                                                            p.seq_kv, p.scale, p.causal);
+  streaming_attention_kernel<D><<<static_cast<unsigned>(blocks), THREADS, 0, fa::stream()>>>(
+      Q, K, V, O, lse, rows, p.seq_q, p.seq_kv, p.scale, p.causal);
   FA_CHECK_LAUNCH("streaming_attention_kernel");
 }
 

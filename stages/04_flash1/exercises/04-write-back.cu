@@ -32,6 +32,7 @@
 
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 
 namespace fa::flash1 {
@@ -205,7 +206,7 @@ void launch(const AttentionProblem& p, const float* Q, const float* K, const flo
                                      static_cast<int>(smem)));
   const int64_t blocks = p.batch_heads();
   if (blocks > 2147483647) throw InputError("stage 04: too many heads for one grid");
-  flash1_kernel<D><<<static_cast<unsigned>(blocks), THREADS, smem>>>(Q, K, V, O, m, l, p.seq_q, p.seq_kv,
+  flash1_kernel<D><<<static_cast<unsigned>(blocks), THREADS, smem, fa::stream()>>>(Q, K, V, O, m, l, p.seq_q, p.seq_kv,
                                                                       p.scale, p.causal);
   FA_CHECK_LAUNCH("flash1_kernel");
 }

@@ -41,6 +41,7 @@
 
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 
 namespace fa::flash2 {
@@ -237,11 +238,11 @@ void launch(const AttentionProblem& p, const float* Q, const float* K, const flo
   }
   const unsigned blocks = q_tile_grid(p, Br, "stage 05");
   if (block_mask) {
-    flash2_kernel<D, true><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, stats, p.seq_q, p.seq_kv, p.scale, p.causal,
-                                                     block_mask);
+    flash2_kernel<D, true><<<blocks, THREADS, smem, fa::stream()>>>(Q, K, V, O, lse, stats, p.seq_q, p.seq_kv, p.scale,
+                                                                     p.causal, block_mask);
   } else {
-    flash2_kernel<D, false><<<blocks, THREADS, smem>>>(Q, K, V, O, lse, stats, p.seq_q, p.seq_kv, p.scale, p.causal,
-                                                      nullptr);
+    flash2_kernel<D, false><<<blocks, THREADS, smem, fa::stream()>>>(Q, K, V, O, lse, stats, p.seq_q, p.seq_kv, p.scale,
+                                                                      p.causal, nullptr);
   }
   FA_CHECK_LAUNCH("flash2_kernel");
 }

@@ -42,6 +42,7 @@
 
 #include "common/cuda_check.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/06_tensor_cores/tuning.h"
@@ -238,7 +239,7 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
                                      static_cast<int>(smem)));
   const unsigned blocks = q_tile_grid(p, Tiles::br, "stage 06");
   constexpr float LOG2E = 1.4426950408889634f;
-  tensor_core_kernel<T, D, Tiles><<<blocks, Config<Tiles>::THREADS, smem>>>(
+  tensor_core_kernel<T, D, Tiles><<<blocks, Config<Tiles>::THREADS, smem, fa::stream()>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       p.seq_q, p.seq_kv, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("tensor_core_kernel");

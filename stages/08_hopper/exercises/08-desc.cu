@@ -52,6 +52,7 @@
 #include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/06_tensor_cores/mma.cuh"
 #include "stages/08_hopper/hopper.cuh"
@@ -530,7 +531,7 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const unsigned units = order.paired() ? static_cast<unsigned>(bh * order.pairs()) : tiles;
   const unsigned blocks = order.persistent ? std::min(units, static_cast<unsigned>(sms)) : tiles;
-  hopper_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem>>>(
+  hopper_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem, fa::stream()>>>(
       tq, tk, tv, static_cast<T*>(O), layout.o, lse, static_cast<int>(p.seq_q), static_cast<int>(p.seq_kv),
       static_cast<float>(p.scale) * LOG2E, order);
   FA_CHECK_LAUNCH("hopper_kernel");

@@ -46,6 +46,7 @@
 #include "common/device_math.cuh"
 #include "common/errors.h"
 #include "common/head_dim.h"
+#include "common/stream.h"
 #include "common/trace.h"  // FA_TRACE: trace points for the See it run page, nothing elsewhere
 #include "stages/07_memory_pipeline/cp_async.cuh"
 #include "stages/10_backward/tuning.h"
@@ -412,15 +413,15 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace) {
   if (d_blocks > 0x7fffffff || kv_blocks > 0x7fffffff) {
     throw InputError("stage 10: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
   }
-  compute_D_kernel<D><<<static_cast<unsigned>(d_blocks), THREADS>>>(t.o, t.d_o, t.q, ws.Dvec, t.dq, ws.Qp, q_scale,
-                                                                    rows);
+  compute_D_kernel<D><<<static_cast<unsigned>(d_blocks), THREADS, 0, fa::stream()>>>(t.o, t.d_o, t.q, ws.Dvec, t.dq,
+                                                                                    ws.Qp, q_scale, rows);
   FA_CHECK_LAUNCH("compute_D_kernel");
 
   const std::size_t smem = shared_bytes(D);
   // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
   FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  dkdv_kernel<D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem>>>(
+  dkdv_kernel<D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem, fa::stream()>>>(
       ws.Qp, t.k, t.v, t.d_o, t.lse, t.stats, ws.Dvec, t.dq, t.dk, t.dv, p.seq_q, p.seq_kv, p.scale, q_scale,
       p.causal);
   FA_CHECK_LAUNCH("dkdv_kernel");
