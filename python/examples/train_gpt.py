@@ -6,6 +6,9 @@ data and steps. Writes the loss curves (losses.csv, loss.svg) and results.json.
     PYTHONPATH=build/python python3 python/examples/train_gpt.py --out /tmp/gpt           # GPU: 6 layers, context 1024
     PYTHONPATH=build/python python3 python/examples/train_gpt.py --device cpu --tiny --out /tmp/gpt
 
+--graph: capture one training step in a CUDA graph and replay it for every later step (both
+runs), which takes the host out of the step.
+--seeds N: more seeds of each (fa_stages 0..N-1, the baseline 0..N), for the spread of the losses.
 --check-loss X: exit 1 unless fa_stages' final validation loss is below X.
 --check-match T: train fa_stages and the baseline with seed 0 only; exit 1 unless their
 validation losses agree within T at every evaluation.
@@ -80,6 +83,8 @@ def math_attention(q, k, v):
     return torch.matmul(torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1), v)
 
 
+GRAPH_WARMUP = 3  # with --graph: the steps run as usual before one is captured
+
 # The baseline: PyTorch's own attention.
 BASELINE = "sdpa" if hasattr(F, "scaled_dot_product_attention") else "torch_math"
 
@@ -105,7 +110,12 @@ def train(args, data, vocab, attention_name, seed):
     device = torch.device(args.device)
     torch.manual_seed(seed)
     model = GPT(vocab, args.context, args.layers, args.heads, args.head_dim, attention_of(attention_name)).to(device)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
+    graphed = args.graph and device.type == "cuda"
+    if graphed:  # a replayed step reads the learning rate from a tensor, and steps AdamW on the GPU
+        optimiser = torch.optim.AdamW(model.parameters(), lr=torch.tensor(args.lr, device=device), weight_decay=0.1,
+                                      capturable=True)
+    else:
+        optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     split = int(0.9 * len(data))
     train_data, val_data = data[:split], data[split:]
     batches = torch.Generator().manual_seed(1234)  # the same batches for every run
@@ -117,8 +127,8 @@ def train(args, data, vocab, attention_name, seed):
         return x.to(device), y.to(device)
 
     def loss_of(x, y):
-        if device.type == "cuda":  # bfloat16 matmuls, float32 weights
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+        if device.type == "cuda":  # bfloat16 matmuls, float32 weights (no cache of cast weights in a graph)
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graphed):
                 logits = model(x)
         else:
             logits = model(x)
@@ -129,20 +139,50 @@ def train(args, data, vocab, attention_name, seed):
         with torch.no_grad():
             return sum(loss_of(*batch(val_data, gen)).item() for _ in range(args.val_batches)) / args.val_batches
 
-    losses, vals, timed = [], [], []
-    for step in range(args.steps):
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
-        for group in optimiser.param_groups:
-            group["lr"] = lr
-        x, y = batch(train_data, batches)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+    def step_of(x, y):
         loss = loss_of(x, y)
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimiser.step()
+        return loss
+
+    # With --graph, the first GRAPH_WARMUP steps run as usual, on a side stream (so that what
+    # the libraries set up lazily is set up before the capture, as PyTorch's CUDA graph
+    # documentation asks); then one step is captured in a CUDA graph, and every later step
+    # copies its batch into the graph's inputs and replays it: no host work per kernel.
+    side = torch.cuda.Stream(device) if graphed else None
+    captured = None  # (graph, its x, its y, its loss)
+    losses, vals, timed = [], [], []
+    for step in range(args.steps):
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        for group in optimiser.param_groups:
+            if graphed:
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+        x, y = batch(train_data, batches)
+        if graphed and step >= GRAPH_WARMUP and captured is None:
+            graph, gx, gy = torch.cuda.CUDAGraph(), x.clone(), y.clone()
+            optimiser.zero_grad(set_to_none=True)
+            with torch.cuda.graph(graph):
+                gloss = step_of(gx, gy)
+            captured = (graph, gx, gy, gloss)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        if captured is not None:
+            captured[1].copy_(x)
+            captured[2].copy_(y)
+            captured[0].replay()
+            loss = captured[3]
+        elif graphed:
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                loss = step_of(x, y)
+            torch.cuda.current_stream(device).wait_stream(side)
+        else:
+            loss = step_of(x, y)
         if device.type == "cuda":
             torch.cuda.synchronize()
         if step >= args.warmup_timing:
@@ -154,14 +194,14 @@ def train(args, data, vocab, attention_name, seed):
                                                                     vals[-1][1]), flush=True)
     tokens = args.batch * args.context
     median = sorted(timed)[len(timed) // 2] if timed else float("nan")
-    return {"attention": attention_name, "seed": seed, "train": losses, "val": vals,
+    return {"attention": attention_name, "seed": seed, "train": losses, "val": vals, "graph": graphed,
             "step_ms_median": median * 1e3, "tokens_per_s": tokens / median if timed else float("nan")}
 
 
 def svg_plot(runs, path):
     """The training loss of each run against the step (a moving average of 20 steps)."""
     width, height, left, right, top, bottom = 760, 420, 60, 20, 20, 50
-    colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"]
+    colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
     curves = []
     for run in runs:
         avg, window = [], []
@@ -186,11 +226,12 @@ def svg_plot(runs, path):
              % ((left + width - right) // 2, height - 10))
     for n, (run, curve) in enumerate(zip(runs, curves)):
         points = " ".join("%.1f,%.1f" % (sx(i), sy(v)) for i, v in enumerate(curve))
-        dash = ' stroke-dasharray="6,4"' if n == 0 else ""
+        dash = ' stroke-dasharray="6,4"' if run["attention"] == "fa_stages" else ""
         s.append('<polyline fill="none" stroke="%s" stroke-width="1.5"%s points="%s"/>'
-                 % (colours[n % 4], dash, points))
-        s.append('<text x="%d" y="%d" fill="%s">%s, seed %d</text>'
-                 % (width - right - 200, top + 16 + 16 * n, colours[n % 4], run["attention"], run["seed"]))
+                 % (colours[n % len(colours)], dash, points))
+        s.append('<text x="%d" y="%d" fill="%s">%s, seed %d%s</text>'
+                 % (width - right - 200, top + 16 + 16 * n, colours[n % len(colours)], run["attention"], run["seed"],
+                    " (dashed)" if dash else ""))
     s.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(s) + "\n")
@@ -208,6 +249,11 @@ def main():
                         help="also train the baseline with the same seed; exit 1 unless every validation loss of the "
                              "two runs agrees within this")
     parser.add_argument("--only", choices=["fa_stages", "baseline"], default=None, help="one run only")
+    parser.add_argument("--graph", action="store_true",
+                        help="capture a training step in a CUDA graph and replay it (every run; CUDA only)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="fa_stages trains with seeds 0 to N-1, the baseline with 0 to N, in turns, the baseline "
+                             "first (default 1: the baseline, fa_stages, the baseline)")
     args = parser.parse_args()
     if args.tiny:
         args.layers, args.heads, args.head_dim, args.context, args.batch = 2, 2, 16, 64, args.batch or 8
@@ -225,9 +271,10 @@ def main():
     print("corpus: %d characters, vocabulary %d; %d layers, %d heads of d = %d, context %d, batch %d, %d steps"
           % (len(text), len(chars), args.layers, args.heads, args.head_dim, args.context, args.batch, args.steps))
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else fa_stages.device_name("cpu")
-    # The baseline trains once before fa_stages and once after, so that anything that warms up
-    # or drifts over the process's life (measured: later runs step faster) touches both alike.
-    plan = [(BASELINE, 0), ("fa_stages", 0), (BASELINE, 1)]
+    # The runs take turns, the baseline first and last, so that anything that warms up or
+    # drifts over the process's life (measured: later runs step faster) touches both alike.
+    plan = [run for seed in range(args.seeds) for run in ((BASELINE, seed), ("fa_stages", seed))]
+    plan.append((BASELINE, args.seeds))
     if args.only:
         plan = [(args.only if args.only == "fa_stages" else BASELINE, 0)]
     if args.check_match is not None:
@@ -246,7 +293,7 @@ def main():
         svg_plot(runs, os.path.join(args.out, "loss.svg"))
         summary = {"device": device_name, "torch": torch.__version__, "command": " ".join(sys.argv),
                    "config": {k: getattr(args, k) for k in ("layers", "heads", "head_dim", "context", "batch",
-                                                              "steps", "lr")},
+                                                              "steps", "lr", "graph")},
                    "runs": [{k: r[k] for k in ("attention", "seed", "val", "step_ms_median", "tokens_per_s")}
                             for r in runs]}
         with open(os.path.join(args.out, "results.json"), "w") as f:
