@@ -6,8 +6,8 @@ data and steps. Writes the loss curves (losses.csv, loss.svg) and results.json.
     PYTHONPATH=build/python python3 python/examples/train_gpt.py --out /tmp/gpt           # GPU: 6 layers, context 1024
     PYTHONPATH=build/python python3 python/examples/train_gpt.py --device cpu --tiny --out /tmp/gpt
 
---graph: capture one training step in a CUDA graph and replay it for every later step (both
-runs), which takes the host out of the step.
+--graph: capture one training step in a CUDA graph and replay it for every later step (in
+every run), which takes the host out of the step.
 --seeds N: more seeds of each (fa_stages 0..N-1, the baseline 0..N), for the spread of the losses.
 --check-loss X: exit 1 unless fa_stages' final validation loss is below X.
 --check-match T: train fa_stages and the baseline with seed 0 only; exit 1 unless their
@@ -255,6 +255,8 @@ def main():
                         help="fa_stages trains with seeds 0 to N-1, the baseline with 0 to N, in turns, the baseline "
                              "first (default 1: the baseline, fa_stages, the baseline)")
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
     if args.tiny:
         args.layers, args.heads, args.head_dim, args.context, args.batch = 2, 2, 16, 64, args.batch or 8
         args.steps, args.lr, args.val_batches, args.val_every = args.steps or 60, 3e-3, 2, 20
