@@ -14,6 +14,7 @@
 namespace fa {
 
 namespace detail {
+/// The stream this thread's launches go to, as a variable of the thread's own.
 inline cudaStream_t& stream_of_this_thread() {
   static thread_local cudaStream_t stream = nullptr;  // nullptr: the default stream
   return stream;
@@ -26,6 +27,7 @@ inline cudaStream_t stream() { return detail::stream_of_this_thread(); }
 /// Names the stream for this thread's launches until the scope ends, then restores the last.
 class StreamScope {
  public:
+  /// From here to the end of the scope, this thread's launches go to `stream`.
   explicit StreamScope(cudaStream_t stream) : previous_(detail::stream_of_this_thread()) {
     detail::stream_of_this_thread() = stream;
   }
