@@ -27,7 +27,6 @@ import time
 
 try:
     import torch
-    import torch.nn.functional as F
 except ImportError:
     print("skipped: PyTorch is not installed")
     sys.exit(77)
@@ -61,17 +60,10 @@ def main():
         torch.manual_seed(0)
         attention = (lambda q, k, v: q) if name == "none" else train_gpt.attention_of(name)
         model = train_gpt.GPT(vocab, context, layers, heads, head_dim, attention).to(device)
-        lr = torch.tensor(1e-4, device=device) if args.graph else 1e-4
-        optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, capturable=args.graph)
+        optimiser = train_gpt.optimiser_for(model, 1e-4, args.graph)
 
         def step(model=model, optimiser=optimiser):
-            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not args.graph):
-                logits = model(x)
-            loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimiser.step()
+            train_gpt.train_step(model, optimiser, x, y, vocab, args.graph)
 
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

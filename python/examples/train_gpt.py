@@ -105,17 +105,44 @@ def attention_of(name):
     return math_attention
 
 
+def optimiser_for(model, lr, graphed):
+    """AdamW; for a CUDA graph (`graphed`) it steps on the GPU and reads the learning rate
+    from a tensor, so that a replayed step sees the value set before it."""
+    if graphed:
+        device = next(model.parameters()).device
+        return torch.optim.AdamW(model.parameters(), lr=torch.tensor(lr, device=device), weight_decay=0.1,
+                                 capturable=True)
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+
+
+def loss_on(model, x, y, vocab, graphed):
+    """The next-character loss of a batch; on a GPU with bfloat16 matmuls and float32 weights
+    (no cache of cast weights where the step is captured in a graph)."""
+    if x.device.type == "cuda":
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graphed):
+            logits = model(x)
+    else:
+        logits = model(x)
+    return F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
+
+
+def train_step(model, optimiser, x, y, vocab, graphed):
+    """One training step (forward, backward, gradients clipped to norm 1, AdamW); its loss."""
+    loss = loss_on(model, x, y, vocab, graphed)
+    optimiser.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimiser.step()
+    return loss
+
+
 def train(args, data, vocab, attention_name, seed):
     """One run; returns per-step training losses, validation losses and tokens per second."""
     device = torch.device(args.device)
     torch.manual_seed(seed)
     model = GPT(vocab, args.context, args.layers, args.heads, args.head_dim, attention_of(attention_name)).to(device)
     graphed = args.graph and device.type == "cuda"
-    if graphed:  # a replayed step reads the learning rate from a tensor, and steps AdamW on the GPU
-        optimiser = torch.optim.AdamW(model.parameters(), lr=torch.tensor(args.lr, device=device), weight_decay=0.1,
-                                      capturable=True)
-    else:
-        optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
+    optimiser = optimiser_for(model, args.lr, graphed)
     split = int(0.9 * len(data))
     train_data, val_data = data[:split], data[split:]
     batches = torch.Generator().manual_seed(1234)  # the same batches for every run
@@ -126,26 +153,14 @@ def train(args, data, vocab, attention_name, seed):
         y = torch.stack([source[s + 1: s + 1 + args.context] for s in start.tolist()])
         return x.to(device), y.to(device)
 
-    def loss_of(x, y):
-        if device.type == "cuda":  # bfloat16 matmuls, float32 weights (no cache of cast weights in a graph)
-            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graphed):
-                logits = model(x)
-        else:
-            logits = model(x)
-        return F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
-
     def validation():
         gen = torch.Generator().manual_seed(99)
         with torch.no_grad():
-            return sum(loss_of(*batch(val_data, gen)).item() for _ in range(args.val_batches)) / args.val_batches
+            return sum(loss_on(model, *batch(val_data, gen), vocab, graphed).item()
+                       for _ in range(args.val_batches)) / args.val_batches
 
     def step_of(x, y):
-        loss = loss_of(x, y)
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimiser.step()
-        return loss
+        return train_step(model, optimiser, x, y, vocab, graphed)
 
     # With --graph, the first GRAPH_WARMUP steps run as usual, on a side stream (so that what
     # the libraries set up lazily is set up before the capture, as PyTorch's CUDA graph
