@@ -503,7 +503,9 @@ using tc_backward::Workspace;
 
 template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
-  if (p.seq_q > 2147483647 - tc_backward::PAD_ROWS || p.seq_kv > 2147483647 - Bc) throw InputError("stage 13: sequences too long");
+  if (p.seq_q > 2147483647 - tc_backward::PAD_ROWS || p.seq_kv > 2147483647 - Bc) {
+    throw InputError("stage 13: sequences too long");
+  }
   require_copyable(p, layout, "stage 13");
   const int64_t kv_blocks = (p.seq_kv + Bc - 1) / Bc * p.batch_heads();
   if (kv_blocks > 0x7fffffff) {
