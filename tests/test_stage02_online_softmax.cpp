@@ -128,5 +128,7 @@ TEST_CASE("stage 01's attention with the online softmax matches the reference", 
     const auto f = t.f32();
     fa::naive::attention(p, f.q, f.k, f.v, f.o, S.data(), online::softmax_rows_only);
   };
-  fa::test::check_attention_stage(run, /*with_lse=*/false, /*causal=*/true);
+  // The online softmax sees only rows of S: their lengths (Nkv) and values matter, not the
+  // head dim, which changes only stage 01's products (tested at every head dim there).
+  fa::test::check_attention_stage(run, /*with_lse=*/false, /*causal=*/true, fa::DType::F32, {64});
 }

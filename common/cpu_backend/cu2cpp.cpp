@@ -9,6 +9,7 @@
 //       -> T* const name = ::fa_cpu::dynamic_shared<T>();
 //   __shared__ T name[N][M];
 //       -> static T name[N][M]; static ::fa_cpu::SharedRegion <unique>(&name, sizeof(name), "name");
+//          <unique>.use();   (the launch that passes it owns it: cpu_backend/scheduler.cpp)
 // The output starts with #line 1 "input.cu" and keeps every line where it was, so
 // compiler errors, AddressSanitizer reports and gdb all point into the .cu file.
 // Comments are blanked first (newlines kept), so text in comments is never rewritten.
@@ -121,9 +122,10 @@ std::string rewrite_static_shared(const std::string& s) {
     const size_t pos = static_cast<size_t>(m.position(0));
     out += s.substr(last, pos - last);
     const std::string name = m[3].str();
-    out += "static " + m[1].str() + m[2].str() + " " + name + squash(m[4].str()) +
-           "; static ::fa_cpu::SharedRegion fa_cpu_shared_" + std::to_string(counter++) + "_" + name + "(&" +
-           name + ", sizeof(" + name + "), \"" + name + "\");" + newlines_in(m[0].str());
+    const std::string region = "fa_cpu_shared_" + std::to_string(counter++) + "_" + name;
+    out += "static " + m[1].str() + m[2].str() + " " + name + squash(m[4].str()) + "; static ::fa_cpu::SharedRegion " +
+           region + "(&" + name + ", sizeof(" + name + "), \"" + name + "\"); " + region + ".use();" +
+           newlines_in(m[0].str());
     last = pos + static_cast<size_t>(m.length(0));
   }
   return out + s.substr(last);

@@ -91,7 +91,9 @@ struct Warpgroup {
   // the rendezvous of a .sync.aligned instruction
   int arrived = 0;
   unsigned generation = 0;
-  std::string what, at;
+  const char* what = "";  // the instruction the first thread to arrive is in,
+  const char* file = "";  // and where
+  int line = 0;
   const Issue* args[kWarpgroup] = {};
   // wgmma
   bool fenced = false;                        // a wgmma.fence has been executed
@@ -196,14 +198,16 @@ void warpgroup(const char* what, const Issue& mine, const std::function<void(War
                              std::to_string(threads) + " threads, not whole warpgroups of 128");
   }
   Warpgroup& g = block().groups.at(static_cast<std::size_t>(thread / kWarpgroup));
-  if (g.arrived > 0 && g.what != what) {
+  if (g.arrived > 0 && std::strcmp(g.what, what) != 0) {
     throw std::runtime_error(std::string(what) + " at " + where(file, line) + ": thread " + std::to_string(thread) +
-                             " is here while others of its warpgroup are in " + g.what + " at " + g.at +
+                             " is here while others of its warpgroup are in " + g.what + " at " +
+                             where(g.file, g.line) +
                              ": a .sync.aligned instruction must be executed by the whole warpgroup together");
   }
   if (g.arrived == 0) {
     g.what = what;
-    g.at = where(file, line);
+    g.file = file;
+    g.line = line;
   }
   g.args[thread % kWarpgroup] = &mine;
   if (++g.arrived == kWarpgroup) {
@@ -213,10 +217,13 @@ void warpgroup(const char* what, const Issue& mine, const std::function<void(War
     return;
   }
   const unsigned generation = g.generation;
+  // Both lambdas capture 16 bytes or less, which std::function keeps without allocating:
+  // this runs for 127 of every 128 threads at each warpgroup instruction.
+  const int group = thread / kWarpgroup;
   block_until([&g, generation] { return g.generation != generation; },
-              [what, thread, &g] {
-                return std::string(what) + " with the rest of warpgroup " + std::to_string(thread / kWarpgroup) +
-                       " (" + std::to_string(g.arrived) + " of its 128 threads there)";
+              [&g, group] {
+                return std::string(g.what) + " with the rest of warpgroup " + std::to_string(group) + " (" +
+                       std::to_string(g.arrived) + " of its 128 threads there)";
               },
               file, line);
 }

@@ -167,6 +167,7 @@ struct Block {
   std::vector<Thread> threads;
   int live = 0;        // threads that have not exited
   int at_barrier = 0;  // threads waiting in __syncthreads()
+  std::vector<int> warp_waiting;  // each warp's lanes waiting in a collective
   Thread* current = nullptr;
   bool aborting = false;  // a fault: every suspended thread unwinds its own stack
   void* fake_stack = nullptr;  // AddressSanitizer bookkeeping for the scheduler's stack
@@ -193,15 +194,20 @@ struct PooledStack {
 // normally (destructors run, and AddressSanitizer sees every switch).
 struct AbortBlock {};
 
-// Every static __shared__ variable seen so far, for poison_shared.
+// Every static __shared__ variable seen so far, for poison_shared and for blocks in flight
+// together. `launch` is the last launch whose code passed the variable's declaration: a
+// launch saves, restores and poisons only its own kernel's variables, not every one that an
+// earlier kernel declared.
 struct Region {
   void* address;
   std::size_t bytes;
+  unsigned long long launch = 0;
 };
 std::vector<Region>& shared_regions() {
   static std::vector<Region> regions;
   return regions;
 }
+unsigned long long g_launch = 0;  // launches so far (run_kernel): the running one's number
 
 void* g_dynamic_smem = nullptr;
 
@@ -397,6 +403,7 @@ bool try_complete_warp(Block& b, Thread& t) {
     }
     lanes[lane] = &o;
   }
+  b.warp_waiting[static_cast<std::size_t>(t.linear / 32)] -= __builtin_popcount(t.mask);  // all go on now
   if (t.op == WarpOp::Matrix) {
     // The instruction sees every lane's operands at once and writes every lane's results.
     void* data[32] = {};
@@ -457,11 +464,13 @@ void install(Block& b, bool interleaved) {
     if (g_block) {
       g_block->statics.resize(regions.size());
       for (std::size_t i = 0; i < regions.size(); ++i) {
+        if (regions[i].launch != g_launch) continue;  // not this kernel's
         const auto* bytes = static_cast<const unsigned char*>(regions[i].address);
         g_block->statics[i].assign(bytes, bytes + regions[i].bytes);
       }
     }
     for (std::size_t i = 0; i < regions.size(); ++i) {
+      if (regions[i].launch != g_launch) continue;
       if (i < b.statics.size() && !b.statics[i].empty()) {
         std::memcpy(regions[i].address, b.statics[i].data(), regions[i].bytes);
       } else {
@@ -486,8 +495,13 @@ void start_block(Block& b, uint3 idx, bool interleaved) {
   const LaunchConfig& c = *b.config;
   if (options().poison_shared) {
     if (c.smem) std::memset(b.smem.get(), 0xFF, c.smem);
-    for (const Region& r : shared_regions()) std::memset(r.address, 0xFF, r.bytes);
+    // This kernel's variables that an earlier block declared; the rest are poisoned as
+    // their declarations are first passed (SharedRegion::use).
+    for (const Region& r : shared_regions()) {
+      if (r.launch == g_launch) std::memset(r.address, 0xFF, r.bytes);
+    }
   }
+  b.warp_waiting.assign((b.threads.size() + 31) / 32, 0);
   race::block_begins();
   async_copy_block_begins(static_cast<int>(b.threads.size()));
   hopper_block_begins(static_cast<int>(b.threads.size()));
@@ -658,10 +672,10 @@ void enter_collective(Block& b, Thread& t, WarpOp op, const char* name, unsigned
     fault(b, where() + thread_name(b, t) + " (lane " + std::to_string(lane) + ") is not in its own mask");
   }
   if (width < 1 || width > 32 || (width & (width - 1)) != 0) fault(b, where() + "width must be a power of 2 up to 32");
-  for (int l = 0; l < 32; ++l) {
-    if ((mask >> l & 1u) && base + l >= static_cast<int>(b.threads.size())) {
-      fault(b, where() + "the mask names lane " + std::to_string(l) + ", which does not exist in this block");
-    }
+  const int lanes = static_cast<int>(b.threads.size()) - base;  // of this warp (the last may be short)
+  if (lanes < 32 && (mask >> lanes) != 0u) {
+    fault(b, where() + "the mask names lane " + std::to_string(lanes + __builtin_ctz(mask >> lanes)) +
+                 ", which does not exist in this block");
   }
   t.state = State::Warp;
   t.op = op;
@@ -669,7 +683,11 @@ void enter_collective(Block& b, Thread& t, WarpOp op, const char* name, unsigned
   t.width = width;
   t.file = file;
   t.line = line;
-  if (!try_complete_warp(b, t)) yield(b, t);  // the last lane to arrive completes it
+  // The last lane to arrive completes it. Until as many lanes of the warp wait as the mask
+  // names, some lane of the mask cannot be there yet: no need to look.
+  int& waiting = b.warp_waiting[static_cast<std::size_t>(t.linear / 32)];
+  ++waiting;
+  if (waiting < __builtin_popcount(mask) || !try_complete_warp(b, t)) yield(b, t);
 }
 
 }  // namespace
@@ -727,10 +745,17 @@ void note_atomic(const void* address, std::size_t bytes, const void* pc) {
 
 bool racecheck_built() { return race::built(); }
 
-SharedRegion::SharedRegion(void* address, std::size_t bytes, const char* name) {
-  shared_regions().push_back({address, bytes});
+SharedRegion::SharedRegion(void* address, std::size_t bytes, const char* name)
+    : index_(shared_regions().size()) {
+  shared_regions().push_back({address, bytes, 0});
   race::add_region(address, bytes, name);
-  if (options().poison_shared) std::memset(address, 0xFF, bytes);
+}
+
+void SharedRegion::use() const {
+  Region& r = shared_regions()[index_];
+  if (r.launch == g_launch) return;
+  r.launch = g_launch;  // the first pass in this launch: from now on its blocks save, restore and poison it
+  if (options().poison_shared) std::memset(r.address, 0xFF, r.bytes);
 }
 
 void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
@@ -748,6 +773,7 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
     return;
   }
 
+  ++g_launch;
   const unsigned long long blocks = 1ull * c.grid.x * c.grid.y * c.grid.z;
   const auto in_flight = static_cast<std::size_t>(
       std::min<unsigned long long>(blocks, static_cast<unsigned long long>(std::max(1, options().blocks_at_once))));

@@ -152,10 +152,18 @@ void* dynamic_shared_base();
 std::size_t dynamic_shared_bytes();
 
 
-/// Registers a static __shared__ variable for poison_shared and the race detector.
+/// Registers a static __shared__ variable for poison_shared, blocks in flight together and
+/// the race detector. The translated kernel calls use() each time its declaration is passed.
 struct SharedRegion {
-  /// Registers `bytes` at `address`, the variable `name` (poisoned now if poison_shared is on).
+  /// Registers `bytes` at `address`, the variable `name`.
   SharedRegion(void* address, std::size_t bytes, const char* name);
+  /// The running launch uses the variable: the first call in a launch marks it as this
+  /// kernel's (poisoned then if poison_shared is on; saved and restored between blocks in
+  /// flight together); later calls cost a compare.
+  void use() const;
+
+ private:
+  std::size_t index_;  ///< its place among the registered variables
 };
 
 }  // namespace fa_cpu
