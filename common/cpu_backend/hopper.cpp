@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -558,6 +559,8 @@ void wgmma(MmaType type, int n, float* d, const std::uint32_t* a_regs, std::uint
     const bool a_from_registers = first.a != nullptr;
     Product p{current_thread() / kWarpgroup, first.type, first.n, first.accumulate, {}, {}, {}, {}, {}, {}};
     // The descriptors are read now, the memory they point at when the product runs.
+    if (!a_from_registers) p.a_at.reserve(64 * 16);
+    p.b_at.reserve(static_cast<std::size_t>(16 * p.n));
     for (int m = 0; m < 64 && !a_from_registers; ++m) {
       for (int k = 0; k < 16; ++k) p.a_at.push_back(operand_address(first.a_desc, false, m, k));
     }
@@ -577,7 +580,7 @@ void wgmma(MmaType type, int n, float* d, const std::uint32_t* a_regs, std::uint
       p.a[i] = x.a;
       p.d[i] = x.d;
     }
-    g.open.push_back(p);
+    g.open.push_back(std::move(p));
   }, file, line);
 }
 

@@ -100,12 +100,14 @@ struct MmaLane {
   float c[4], d[4];
 };
 
-float unpack(MmaType t, std::uint32_t reg, int half) {
+// mma_op and unpack touch only the lanes' operand records and locals, never kernel memory,
+// and run for every mma.sync: AddressSanitizer builds leave them uninstrumented.
+__attribute__((no_sanitize_address)) float unpack(MmaType t, std::uint32_t reg, int half) {
   const auto bits = static_cast<std::uint16_t>(half ? reg >> 16 : reg & 0xFFFFu);
   return t == MmaType::BF16 ? fa::bf16_bits_to_float(bits) : fa::half_bits_to_float(bits);
 }
 
-void mma_op(void* const lanes[32]) {
+__attribute__((no_sanitize_address)) void mma_op(void* const lanes[32]) {
   for (int l = 0; l < 32; ++l) {
     if (!lanes[l]) throw std::runtime_error("mma.sync is .sync.aligned: all 32 lanes must execute it");
   }
