@@ -135,13 +135,36 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162f
 /// Starts copying ROWS rows of D 16-bit elements, `row_stride` elements apart in global
 /// memory, into a swizzled tile, 16 bytes a cp.async; rows at or past `valid` are
 /// zero-filled by the copy (valid >= 1).
+///
+/// Each thread always copies the same chunk c of rows r0, r0 + STEP, r0 + 2·STEP, ... (STEP
+/// rows a round of the block's threads). STEP is a multiple of 8 rows, so the swizzle
+/// moves by STEP·D elements a round (cp_async.cuh's identity): the addresses are worked out
+/// once a call, and each copy adds a constant. (A loop over idx = threadIdx.x + k·THREADS,
+/// dividing each idx into row and chunk, cost 34 instructions a copy at d = 128: a fifth of
+/// all the kernel executed; LOG.md.)
+///
+/// The thread's index is read by an `asm volatile`, which the compiler may not move: read
+/// as threadIdx.x, its row and chunk and the addresses made from them were computed once
+/// for the whole kernel and kept in registers across the Q-tile loop, and at 255 registers
+/// a thread that spilled (ptxas: 64 bytes at d = 128) and took back most of the gain (LOG.md).
 template <typename T, int D, int ROWS, int THREADS>
 __device__ __forceinline__ void copy_tile(T* tile, const T* src, int row_stride, int valid) {
   constexpr int CHUNKS = D / 8;  // 16-byte chunks a row
-  for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += THREADS) {
-    const int r = idx / CHUNKS, c = idx % CHUNKS;
-    const bool inside = r < valid;
-    cp_async_16(tile + swizzle<D>(r, c), src + (inside ? r * row_stride + 8 * c : 0), inside);
+  constexpr int STEP = THREADS / CHUNKS;  // rows a round of the threads
+  static_assert(THREADS % CHUNKS == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "whole rounds of whole swizzle patterns");
+#ifdef FA_CPU_KERNEL
+  const unsigned tid = threadIdx.x;
+#else
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+#endif
+  const int c = static_cast<int>(tid % CHUNKS), r0 = static_cast<int>(tid / CHUNKS);
+  T* const to = tile + swizzle<D>(r0, c);
+  const T* const from = src + r0 * row_stride + 8 * c;
+#pragma unroll
+  for (int k = 0; k < ROWS / STEP; ++k) {
+    const bool inside = r0 + k * STEP < valid;
+    cp_async_16(to + k * STEP * D, inside ? from + k * STEP * row_stride : src, inside);
   }
 }
 
@@ -209,7 +232,9 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
     copy_tile<T, D, Br, THREADS>(Qbuf + b * Br * D, Qh + i0 * q_row, q_row, q_valid);
     copy_tile<T, D, Br, THREADS>(dObuf + b * Br * D, dOh + i0 * do_row, do_row, q_valid);
-    for (int c = threadIdx.x; c < 2 * (Br / 4); c += THREADS) {  // 4 floats a copy
+    static_assert(2 * (Br / 4) <= THREADS, "one copy of lse or D a thread at most");
+    if (threadIdx.x < 2 * (Br / 4)) {  // 4 floats a copy
+      const int c = static_cast<int>(threadIdx.x);
       const bool is_lse = c < Br / 4;
       const int k = 4 * (is_lse ? c : c - Br / 4);
       cp_async_16((is_lse ? lse_buf : D_buf) + b * Br + k, (is_lse ? lse_h : D_h) + i0 + k, true);
