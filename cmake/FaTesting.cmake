@@ -25,6 +25,12 @@ function(fa_add_catch_test name)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1800
                                           LABELS "${ARG_BACKEND}")
+  # The CPU backend's stage tests take tens of seconds to minutes, the rest a second or less.
+  # CTest runs tests of higher COST first: a fresh build has no timings of its own, and the
+  # longest tests would otherwise start last and finish alone on one core.
+  if(ARG_BACKEND STREQUAL "cpu")
+    set_tests_properties(${name} PROPERTIES COST 100)
+  endif()
 endfunction()
 
 # fa_add_cli_test(<name> EXIT <code> OUTPUT <regex> COMMAND <exe> <args>...)
