@@ -141,7 +141,9 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162f
 /// moves by STEP·D elements a round (cp_async.cuh's identity): the addresses are worked out
 /// once a call, and each copy adds a constant. (A loop over idx = threadIdx.x + k·THREADS,
 /// dividing each idx into row and chunk, cost 34 instructions a copy at d = 128: a fifth of
-/// all the kernel executed; LOG.md.)
+/// all the kernel executed; LOG.md.) Stage 07's TileCopy is the same idea for rows D apart,
+/// with its offsets kept in registers for the whole kernel; here rows are `row_stride` apart
+/// and no register is left to keep them (below).
 ///
 /// The thread's index is read by an `asm volatile`, which the compiler may not move: read
 /// as threadIdx.x, its row and chunk and the addresses made from them were computed once
