@@ -154,6 +154,7 @@ __device__ __forceinline__ void copy_tile(T* tile, const T* src, int row_stride,
   constexpr int CHUNKS = D / 8;  // 16-byte chunks a row
   constexpr int STEP = THREADS / CHUNKS;  // rows a round of the threads
   static_assert(THREADS % CHUNKS == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "whole rounds of whole swizzle patterns");
+  static_assert(ROWS <= 128, "32-bit offsets below");
 #ifdef FA_CPU_KERNEL
   const unsigned tid = threadIdx.x;
 #else
@@ -162,13 +163,21 @@ __device__ __forceinline__ void copy_tile(T* tile, const T* src, int row_stride,
 #endif
   const int c = static_cast<int>(tid % CHUNKS), r0 = static_cast<int>(tid / CHUNKS);
   T* const to = tile + swizzle<D>(r0, c);
-  const T* const from = src + r0 * row_stride + 8 * c;
+  // Offsets from src in 32 bits (row_stride < 2^24 and ROWS <= 128: below 2^31), so that each
+  // copy's global address is one multiply-add; a row past `valid` reads nothing, from src.
+  const int from = r0 * row_stride + 8 * c, step = STEP * row_stride;
 #pragma unroll
   for (int k = 0; k < ROWS / STEP; ++k) {
     const bool inside = r0 + k * STEP < valid;
-    cp_async_16(to + k * STEP * D, inside ? from + k * STEP * row_stride : src, inside);
+    cp_async_16(to + k * STEP * D, src + (inside ? from + k * step : 0), inside);
   }
 }
+
+/// `lane ^ delta` for a lane's swizzled offset whose chunk in its row is below 8 (each of
+/// the kernel's ldmatrix lanes): the swizzle's XOR moves only the 8 chunks of a pattern,
+/// 64 elements, so past them the XOR is an addition, which ldmatrix takes as a constant.
+/// At d = 128 the eight k-steps' addresses take 3 XOR instructions instead of 7 (LOG.md).
+__device__ __forceinline__ int xor_in_row(int lane, int delta) { return (lane ^ (delta % 64)) + (delta - delta % 64); }
 
 /// Kernel 1, one warp a row of the padded workspace [B·H][Nq_pad]: D_i = Σ_c dO_ic·O_ic and
 /// lse_i·log2(e) for the main kernel's copies, +inf and 0 for the padding rows past Nq (so
@@ -260,10 +269,10 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   //   A of K or V (rows: the warp's m-tile m of 16 keys), k-step kk of d:
   const int key0 = 16 * C::MT * (warp / C::PAIR);  // the warp's first key in the tile
   const int a_lane = swizzle<D>(key0 + lane % 8 + 8 * (lane / 8 % 2), lane / 16);
-  const auto a_at = [&](int m, int kk) { return (a_lane ^ (16 * kk)) + 16 * m * D; };
+  const auto a_at = [&](int m, int kk) { return xor_in_row(a_lane, 16 * kk) + 16 * m * D; };
   //   B of Q or dO for Sᵀ, dPᵀ (n even: queries 8n .. 8n + 15), k-step kk of d:
   const int b_lane = swizzle<D>(lane % 8 + 8 * (lane / 16), lane / 8 % 2);
-  const auto b_at = [&](int n, int kk) { return (b_lane ^ (16 * kk)) + 8 * n * D; };
+  const auto b_at = [&](int n, int kk) { return xor_in_row(b_lane, 16 * kk) + 8 * n * D; };
   //   B, transposed, of dO or Q (rows: queries 16kk ..) or of K (rows: keys), columns 8n .. 8n + 15 of d:
   const int t_lane = swizzle<D>(lane % 8 + 8 * (lane / 8 % 2), lane / 16);
   const auto t_at = [&](int kk, int n) { return (t_lane ^ (8 * n)) + 16 * kk * D; };
@@ -274,6 +283,9 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   const auto ds_at = [&](int mm, int kk) { return (ds_lane ^ (16 * mm)) + 16 * kk * Br; };
   //   where this lane writes dSᵀ (and Pᵀ): keys key0 + 16m + g (+8), queries 16kk + 2t (+8)
   const int ds_write = swizzle<Br>(key0 + g, 0) + 2 * t;
+  // The columns of dQ_i this warp adds to (c0 ..), and where this lane's first element is.
+  const int c0 = warp / C::DQ_GROUPS * C::DQ_COLS;
+  const int dq_row = 16 * mq0 + g, dq_lane = dq_row * D + c0 + 2 * t;
   //   A of Pᵀ or dSᵀ (rows: the warp's m-tile m of keys), k-step kk of the queries (SPLIT_D):
   const int pa_lane = swizzle<Br>(key0 + lane % 8 + 8 * (lane / 8 % 2), lane / 16);
   const auto pa_at = [&](int m, int kk) { return (pa_lane ^ (16 * kk)) + 16 * m * Br; };
@@ -419,9 +431,12 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     // queries and DQ_COLS columns, DQ_CHUNK at a time; every K/V tile of the head adds to the
     // same rows, from other blocks: fp32 atomics in L2, two neighbouring floats an instruction.
     constexpr int DQ_MT = C::DQ_MT;
-    const int c0 = warp / C::DQ_GROUPS * C::DQ_COLS;
+    // This lane's first element of dQacc_i: every other it adds to is a constant away.
+    float* const dq_tile = dQh + i0 * D + dq_lane;
+    const int q_valid = static_cast<int>(seq_q - i0 < Br ? seq_q - i0 : Br);
 #pragma unroll
-    for (int chunk = c0; chunk < c0 + C::DQ_COLS; chunk += C::DQ_CHUNK) {
+    for (int off = 0; off < C::DQ_COLS; off += C::DQ_CHUNK) {
+      const int chunk = c0 + off;  // the first of the DQ_CHUNK columns computed now
       float dq[DQ_MT][C::DQ_CHUNK / 8][4] = {};
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
@@ -443,12 +458,11 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
       for (int mm = 0; mm < DQ_MT; ++mm) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t q = i0 + 16 * (mq0 + mm) + g + 8 * h;
-          if (q >= seq_q) continue;
+          const bool row_inside = dq_row + 16 * mm + 8 * h < q_valid;
 #pragma unroll
           for (int n = 0; n < C::DQ_CHUNK / 8; ++n) {
             const float add[2] = {dq[mm][n][2 * h], dq[mm][n][2 * h + 1]};
-            atomic_add_vec<2, true>(dQh + q * D + chunk + 8 * n + 2 * t, add);
+            if (row_inside) atomic_add_vec<2, true>(dq_tile + (16 * mm + 8 * h) * D + off + 8 * n, add);
           }
         }
       }
