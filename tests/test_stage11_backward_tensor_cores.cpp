@@ -38,6 +38,13 @@ namespace fa::tc_backward::no_wait {
 // The second: the loop uses Q tile i without waiting for its copies.
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
 }  // namespace fa::tc_backward::no_wait
+#if FA_CPU_BACKEND
+namespace fa::tc_backward::no_wait_next {
+// The third (CPU backend only): at d = 128 the one barrier a tile comes without the wait for
+// tile i+1's copies.
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+}  // namespace fa::tc_backward::no_wait_next
+#endif
 
 namespace {
 
@@ -165,6 +172,16 @@ TEST_CASE("stage 11: the checks catch planted bugs", "[stage11][planted]") {
     fa::test::BlocksInFlight shake(1);  // the race detector off, one block at a time
     CHECK_FALSE(run_and_check(p, 3, 1.0f, fa::tc_backward::no_wait::attention_backward).check.passed());
   }
+#if FA_CPU_BACKEND
+  // At d = 128, tile i+1 used after the barrier but with no wait for its copies: 4 Q tiles.
+  const fa::AttentionProblem p128 = problem(1, 2, 200, 130, 128, false, fa::DType::F16);
+  if (fa::test::shared_race_rules_on()) {
+    REQUIRE_THROWS_WITH(run_and_check(p128, 4, 1.0f, fa::tc_backward::no_wait_next::attention_backward),
+                        fa::test::HasSubstring("shared-memory race") && fa::test::HasSubstring("cp_async.cuh"));
+  }
+  fa::test::BlocksInFlight shake(1);
+  CHECK_FALSE(run_and_check(p128, 4, 1.0f, fa::tc_backward::no_wait_next::attention_backward).check.passed());
+#endif
 }
 
 TEST_CASE("stage 11: dQ's atomics are needed, blocks in flight together", "[stage11]") {

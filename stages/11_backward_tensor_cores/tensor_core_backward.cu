@@ -26,23 +26,26 @@
  *     kernel 2, one block per (K/V tile j of 128 keys, batch·head), 32 keys a warp (a pair of
  *               warps at d = 128):
  *     copy K_j, V_j; copy the first Q tile (Q_i, dO_i, lse_i, D_i) that sees a key of tile j
+ *     (d = 128: and the second, in three buffers; wait for the first; barrier)
  *     for each such Q tile i:
- *         wait for tile i; barrier; start copying tile i+1 into the other buffer
+ *         d ≤ 64: wait for tile i; barrier; start copying tile i+1 into the other buffer
  *         for each pass of 32 queries (d = 128: the warp's own pass):
  *             Sᵀ, dPᵀ (mma); mask where the tile crosses the diagonal or the end of the keys
  *             Pᵀ = 2^(scale·log2e·Sᵀ − lse·log2e);  dSᵀ = Pᵀ ∘ (dPᵀ − D)
  *             d ≤ 64: dV_j += Pᵀ·dO_i;  dK_j += dSᵀ·Q_i  (mma, A from registers)
- *             dSᵀ → shared memory (d = 128: Pᵀ too)
- *         barrier
+ *             dSᵀ → shared memory (d = 128: Pᵀ too; two buffers, tile by tile in turn)
+ *         d = 128: wait for tile i+1
+ *         barrier (d = 128: the tile's only one)
+ *         d = 128: start copying tile i+2 into tile i−1's buffer
  *         d = 128: dV_j += Pᵀ·dO_i;  dK_j += dSᵀ·Q_i  (mma, A by ldmatrix), half of d a warp
  *         dQacc_i += dS·K_j  (mma, A by ldmatrix.trans), fp32 atomics, 2 floats an atomic
  *     write dV_j and scale·dK_j, rounded to fp16/bf16
  *     kernel 3: dQ = scale·dQacc, rounded to fp16/bf16
  *
  * What changed since stage 10: the products are mma.sync (stage 06), tiles are copied by
- * cp.async into swizzled shared memory (stage 07), Q tiles double-buffered; the warps split
- * the K/V tile by keys instead of splitting the products into two groups; dQ is added into an
- * fp32 accumulator and rounded by a third kernel, since its atomics cannot add fp16.
+ * cp.async into swizzled shared memory (stage 07), Q tiles in two or three buffers; the warps
+ * split the K/V tile by keys instead of splitting the products into two groups; dQ is added
+ * into an fp32 accumulator and rounded by a third kernel, since its atomics cannot add fp16.
  * Cost: workspace of 8 bytes a (padded) query row and dQ in fp32 (4·Nq·d bytes a head).
  * HBM traffic: K, V read and dK, dV written once; Q, dO, lse, D read and dQacc added to once
  * per K/V tile. Parallelism: B·H·⌈Nkv/Bc⌉ blocks.
@@ -120,11 +123,20 @@ struct Config {
   /// Blocks a multiprocessor should hold (__launch_bounds__): dK and dV's accumulators take
   /// MT·D registers a thread, Sᵀ and dPᵀ 64 more.
   static constexpr int MIN_BLOCKS = S::min_blocks > 0 ? S::min_blocks : (D <= 64 ? 2 : 1);
-  /// Shared memory: K, V, two buffers of Q and dO, dSᵀ and with SPLIT_D Pᵀ (16-bit
-  /// elements), two buffers of lse and D.
+  /// Buffers of a Q tile (Q_i, dO_i, lse_i, D_i). Two: the next tile's copies start after
+  /// the barrier at the top of a tile, and a second barrier, once dSᵀ is written, makes it
+  /// visible. Three (d = 128): the next-but-one tile's copies start after that second
+  /// barrier, which then does the first's work too, and dSᵀ (and Pᵀ) get two buffers: one
+  /// barrier a tile (LOG.md). At d = 64 a third buffer would leave no room for two blocks a
+  /// multiprocessor.
+  static constexpr int QBUF = S::q_buffers > 0 ? S::q_buffers : (D >= 128 ? 3 : 2);
+  static constexpr int DSBUF = QBUF == 3 ? 2 : 1;  ///< buffers of dSᵀ (and Pᵀ)
+  static_assert(QBUF == 2 || QBUF == 3, "two or three Q-tile buffers");
+  /// Shared memory: K, V, QBUF buffers of Q and dO, DSBUF of dSᵀ and with SPLIT_D of Pᵀ
+  /// (16-bit elements), QBUF of lse and D.
   static constexpr std::size_t SMEM_BYTES =
-      static_cast<std::size_t>((2 * Bc + 4 * Br) * D + (SPLIT_D ? 2 : 1) * Bc * Br) * 2 +
-      static_cast<std::size_t>(4 * Br) * 4;
+      static_cast<std::size_t>((2 * Bc + 2 * QBUF * Br) * D + DSBUF * (SPLIT_D ? 2 : 1) * Bc * Br) * 2 +
+      static_cast<std::size_t>(2 * QBUF * Br) * 4;
 };
 
 /// The value of a 16-bit element as a float.
@@ -218,12 +230,13 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   extern __shared__ uint4 smem[];  // 16-byte aligned, as cp.async and ldmatrix need
   T* Ks = reinterpret_cast<T*>(smem);  // [Bc][D]        the K tile, for the whole loop (swizzled, as all tiles)
   T* Vs = Ks + Bc * D;                 // [Bc][D]        the V tile
-  T* Qbuf = Vs + Bc * D;               // [2][Br][D]     Q tiles, double-buffered
-  T* dObuf = Qbuf + 2 * Br * D;        // [2][Br][D]     dO tiles
-  T* dSs = dObuf + 2 * Br * D;         // [Bc][Br]       dSᵀ: rows are keys
-  T* Ps = dSs + Bc * Br;               // [Bc][Br]       Pᵀ, with SPLIT_D only
-  float* lse_buf = reinterpret_cast<float*>(Ps + (C::SPLIT_D ? Bc * Br : 0));  // [2][Br]  lse·log2(e)
-  float* D_buf = lse_buf + 2 * Br;                           // [2][Br]  D
+  constexpr int QBUF = C::QBUF, DSBUF = C::DSBUF;
+  T* Qbuf = Vs + Bc * D;               // [QBUF][Br][D]   Q tiles
+  T* dObuf = Qbuf + QBUF * Br * D;     // [QBUF][Br][D]   dO tiles
+  T* dS_buf = dObuf + QBUF * Br * D;   // [DSBUF][Bc][Br] dSᵀ: rows are keys
+  T* P_buf = dS_buf + DSBUF * Bc * Br;  // [DSBUF][Bc][Br] Pᵀ, with SPLIT_D only
+  float* lse_buf = reinterpret_cast<float*>(P_buf + (C::SPLIT_D ? DSBUF * Bc * Br : 0));  // [QBUF][Br] lse·log2(e)
+  float* D_buf = lse_buf + QBUF * Br;                                                   // [QBUF][Br] D
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment coordinates (mma.cuh)
@@ -261,6 +274,12 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   const int64_t i_start = causal ? (j0 / Br) * Br : 0;
   if (i_start < seq_q) copy_q_tile(i_start, 0);
   cp_async_commit();
+  if constexpr (QBUF == 3) {  // and the next tile, in a group of its own
+    if (i_start + Br < seq_q) copy_q_tile(i_start + Br, 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // the first group: K_j, V_j and the first tile
+    __syncthreads();
+  }
 
   // ldmatrix row addresses, lane by lane (lane 8·i + r gives row r of matrix i; mma.cuh).
   // Each is swizzled once, here, for the lane's first row and chunk; the identities of
@@ -305,18 +324,23 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
     *reinterpret_cast<uint32_t*>(row + (ds_write ^ (16 * kk + 8)) + 8 * Br) = a[3];
   };
 
-  int b = 0;  // the buffer of the current Q tile
-  for (int64_t i0 = i_start; i0 < seq_q; i0 += Br, b ^= 1) {  // ---- the only loop: Q tiles ----
-    cp_async_wait<0>();  // this thread's copies of tile i (and of K_j, V_j) have landed
-    __syncthreads();     // everyone's; and every warp is done with tile i−1, dS included
-    if (i0 + Br < seq_q) {  // tile i+1's copies fly while tile i is computed
-      copy_q_tile(i0 + Br, b ^ 1);
-      cp_async_commit();
-    }
+  int b = 0, ds = 0;  // the buffers of the current Q tile and of its dSᵀ
+  // ---- the only loop: Q tiles ----
+  for (int64_t i0 = i_start; i0 < seq_q; i0 += Br, b = b + 1 == QBUF ? 0 : b + 1, ds ^= DSBUF - 1) {
+    if constexpr (QBUF == 2) {
+      cp_async_wait<0>();  // this thread's copies of tile i (and of K_j, V_j) have landed
+      __syncthreads();     // everyone's; and every warp is done with tile i−1, dS included
+      if (i0 + Br < seq_q) {  // tile i+1's copies fly while tile i is computed
+        copy_q_tile(i0 + Br, b ^ 1);
+        cp_async_commit();
+      }
+    }  // QBUF == 3: tile i landed, and was made visible, before tile i−1's barrier (below)
     const T* Qs = Qbuf + b * Br * D;
     const T* dOs = dObuf + b * Br * D;
     const float* lse_s = lse_buf + b * Br;
     const float* D_s = D_buf + b * Br;
+    T* const dSs = dS_buf + ds * Bc * Br;
+    T* const Ps = P_buf + ds * Bc * Br;
     // dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i for k-step kk (16 queries) and this warp's DW
     // columns, from the A fragments of its m-tiles: each B fragment of dO or Q feeds MT mma.
     const auto add_dv_dk = [&](const uint32_t(&ap)[MT][4], const uint32_t(&ads)[MT][4], int kk) {
@@ -410,7 +434,16 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
         }
       }
     }
-    __syncthreads();  // dSᵀ (and Pᵀ) are in shared memory
+    if constexpr (QBUF == 3) cp_async_wait<0>();  // this thread's copies of tile i+1 have landed
+    __syncthreads();  // dSᵀ (and Pᵀ) are in shared memory; QBUF == 3: tile i+1 too, everyone's
+    if constexpr (QBUF == 3) {
+      // Every warp is past tile i−1 (its dQ included), so its Q buffer takes tile i+2, and
+      // tile i+1 writes the other dSᵀ buffer while slower warps still read this one for dQ.
+      if (i0 + 2 * Br < seq_q) {
+        copy_q_tile(i0 + 2 * Br, b == 0 ? 2 : b - 1);
+        cp_async_commit();
+      }
+    }
 
     // With SPLIT_D: dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i for the pair's 16·MT keys and this
     // warp's DW columns, all Br queries, the A fragments read back from shared memory.
@@ -584,12 +617,39 @@ void run_variant(const AttentionProblem& p, const BackwardTensors& t, void* work
 
 }  // namespace
 
+namespace {
+
+/// The shared memory a block may have on the current device; 0 where that cannot be asked.
+std::size_t block_shared_limit() {
+  int device = 0, most = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: the launch, if any, reports what is wrong
+    return 0;
+  }
+  return static_cast<std::size_t>(most);
+}
+
+/// Whether the finished kernel runs at head dim D here. Its three Q-tile buffers at d = 128
+/// take 226 KiB, more than a block may have on some GPUs (the A100: 163 KiB); there the step
+/// before, Qbuf2, runs.
+template <int D>
+bool runs_tuned() {
+  const std::size_t most = block_shared_limit();
+  return most == 0 || Config<D, Tuned>::SMEM_BYTES <= most;
+}
+
+}  // namespace
+
 int key_tile_rows(int64_t d) {
   return with_head_dim(d, [](auto D) { return Config<decltype(D)::value, Tuned>::Bc; });
 }
 
 std::size_t shared_bytes(int64_t d) {
-  return with_head_dim(d, [](auto D) { return Config<decltype(D)::value, Tuned>::SMEM_BYTES; });
+  return with_head_dim(d, [](auto D) {
+    constexpr int dd = decltype(D)::value;
+    return runs_tuned<dd>() ? Config<dd, Tuned>::SMEM_BYTES : Config<dd, Qbuf2>::SMEM_BYTES;
+  });
 }
 
 std::size_t workspace_bytes(const AttentionProblem& p) {
@@ -616,8 +676,15 @@ namespace {
 
 void run_tuned(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
   with_head_dim(p.dim, [&](auto D) {
-    tc::with_mma_type(p.dtype, "stage 11",
-                      [&](auto type) { launch<decltype(type), decltype(D)::value, Tuned>(p, t, workspace, layout); });
+    constexpr int d = decltype(D)::value;
+    tc::with_mma_type(p.dtype, "stage 11", [&](auto type) {
+      using T = decltype(type);
+      if (runs_tuned<d>()) {
+        launch<T, d, Tuned>(p, t, workspace, layout);
+      } else {
+        launch<T, d, Qbuf2>(p, t, workspace, layout);
+      }
+    });
   });
 }
 

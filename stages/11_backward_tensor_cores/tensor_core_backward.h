@@ -18,7 +18,7 @@ constexpr int Br = 64;  ///< query rows per tile (the inner loop)
 /// Bc, the key/value rows one block owns, for head dimension d.
 int key_tile_rows(int64_t d);
 
-/// Shared memory one block of the main kernel uses for head dimension d.
+/// Shared memory one block of the main kernel uses for head dimension d on the current device.
 std::size_t shared_bytes(int64_t d);
 
 /// Device bytes the backward pass needs beyond its inputs and gradients: each query row's

@@ -33,6 +33,9 @@ struct Tuned {
   static constexpr int split_d = 0;
   static constexpr int min_blocks = 0;  ///< __launch_bounds__' blocks per SM; 0: the kernel's choice
   static constexpr int dq_mtiles = 0;   ///< 16-query m-tiles of dQ a warp; 0: the kernel's choice (2 where d allows)
+  /// Buffers of a Q tile: 3 (one barrier a tile, dSᵀ in two buffers), 2, or 0, the kernel's
+  /// choice (3 at d = 128, where a block has a multiprocessor to itself).
+  static constexpr int q_buffers = 0;
 };
 
 // The variants LOG.md measures, each the finished kernel with one change.
@@ -69,8 +72,19 @@ struct Min3 : Tuned {
   static constexpr int min_blocks = 3;  ///< the change
 };
 
+/// The variant `Qbuf2` (see its summary). It is also what the finished kernel runs at d = 128
+/// on a GPU whose blocks cannot have the three buffers' 226 KiB of shared memory (the A100's
+/// 163 KiB).
+struct Qbuf2 : Tuned {
+  static constexpr const char* name = "qbuf2";  ///< --variant qbuf2
+  /// For --help.
+  static constexpr const char* summary =
+      "two Q-tile buffers and two barriers a tile at every head dim (the step before)";
+  static constexpr int q_buffers = 2;  ///< the change
+};
+
 /// Every variant, in LOG.md's order, the finished kernel first.
-using Variants = std::tuple<Tuned, Warp16, NoSplit, DqOne, Min3>;
+using Variants = std::tuple<Tuned, Warp16, NoSplit, DqOne, Min3, Qbuf2>;
 
 /// The variants as the demo runs them (`--variant NAME`); each runs d = 64 and 128.
 std::vector<Variant<BackwardStageRun>> variants();
