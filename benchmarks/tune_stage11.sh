@@ -13,7 +13,7 @@ mkdir -p "$out"
 # shellcheck source=benchmarks/tune_lib.sh
 source "$(dirname "$0")/tune_lib.sh"
 # --variant name : the configuration's struct in tuning.h (for ptxas' report)
-variants=("tuned:Tuned" "warp16:Warp16" "no_split:NoSplit" "dq_mt1:DqOne" "min3:Min3")
+variants=("tuned:Tuned" "warp16:Warp16" "no_split:NoSplit" "dq_mt1:DqOne" "min3:Min3" "qbuf2:Qbuf2")
 build_once "$out" stage11_backward_tensor_cores
 bin="$out/build/bin/stage11_backward_tensor_cores"
 shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"
