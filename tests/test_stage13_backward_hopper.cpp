@@ -239,11 +239,11 @@ TEST_CASE("stage 13: the checks catch planted bugs", "[stage13][planted]") {
     CHECK(c.dv.passed());
   }
 #if FA_CPU_BACKEND
-  // A Q buffer handed back before dK += dSᵀ·Q and dV += Pᵀ·dO are retired: with more Q tiles
-  // than buffers the producer's next copy overwrites Q and dO while those products still read
-  // them, which the emulation reports. (On a GPU such a copy is wrong only when it is early.)
-  // Four Q tiles of 128 rows at d = 64.
-  const fa::AttentionProblem p = problem(1, 1, 512, 64, 64, false, fa::DType::F16);
+  // A Q buffer handed back before dK += dSᵀ·Q is retired (at d = 128, where dK is issued
+  // last): with more Q tiles than buffers the producer's next copy overwrites Q while that
+  // product still reads it, which the emulation reports. (On a GPU such a copy is wrong only
+  // when it is early.) Four Q tiles of 64 rows at d = 128.
+  const fa::AttentionProblem p = problem(1, 1, 256, 64, 128, false, fa::DType::F16);
   REQUIRE_THROWS_WITH(run_and_check(p, 4, 1.0f, fa::hopper_backward::early_release::attention_backward),
                       fa::test::HasSubstring("overwrites shared memory") && fa::test::HasSubstring("still reads"));
 #endif

@@ -14,6 +14,8 @@
  *     stage13_backward_hopper --variant deterministic_atomics  # deterministic, dQ by atomics at d = 64
  *     stage13_backward_hopper --variant dq_warp        # the bulk reduction issued by a warp of its own, at d = 128 too
  *     stage13_backward_hopper --variant q64            # Q tiles of 64 rows at d = 64 too
+ *     stage13_backward_hopper --variant dk_first       # d = 128: dK issued beside dV, before dQ
+ *     stage13_backward_hopper --variant dk_last        # d = 64: dK issued after dQ
  */
 #pragma once
 
@@ -58,6 +60,12 @@ struct Tuned {
   /// dQ's additions in any order (blocks add as they finish a tile): dQ's last bits vary from
   /// run to run. The deterministic variant orders them, at a cost LOG.md measures.
   static constexpr bool deterministic = false;
+  /// At d = 64, dK += dSᵀ·Q_i is issued beside dV's product, before the barrier, and the tile
+  /// waits for all three products before dQ's store: issued after dQ it was 1.5-2.5% slower.
+  static constexpr bool dk_after_dq_d64 = false;
+  /// At d = 128 it is issued after dQ's product: the tile waits for dV and dQ only, and dK
+  /// runs while dQ goes to shared memory and dQacc, 3-5.5% faster (LOG.md).
+  static constexpr bool dk_after_dq_d128 = true;
 };
 
 /// The variant `Atomics` (see its summary).
@@ -81,9 +89,9 @@ struct Bulk : Tuned {
 /// The variant `Deterministic` (see its summary): the same kernel with dQ reproducible bit
 /// for bit, which attention_backward(..., deterministic = true) runs. Its dQ is added by the
 /// bulk reduction at both head dims, issued by the dQ warp, which waits for the turns where
-/// the consumers do not: 1.07-1.31× the finished kernel's time (1.07-1.20× before the Q tiles
-/// of 128 rows at d = 64), where the atomics' handover, a barrier on each side, took
-/// 1.37-1.48× at d = 64 (LOG.md).
+/// the consumers do not: 1.10-1.31× the finished kernel's time (1.07-1.31× before dK's
+/// product moved after dQ's at d = 128, 1.07-1.20× before the Q tiles of 128 rows at d = 64),
+/// where the atomics' handover, a barrier on each side, took 1.37-1.48× at d = 64 (LOG.md).
 struct Deterministic : Tuned {
   static constexpr const char* name = "deterministic";  ///< --variant deterministic
   /// For --help.
@@ -121,8 +129,24 @@ struct Q64 : Tuned {
   static constexpr int br_d64 = 64;  ///< the change
 };
 
+/// The variant `DkFirst` (see its summary).
+struct DkFirst : Tuned {
+  static constexpr const char* name = "dk_first";  ///< --variant dk_first
+  /// For --help.
+  static constexpr const char* summary =
+      "d = 128: dK issued beside dV, all three products waited for before dQ's store (the step before)";
+  static constexpr bool dk_after_dq_d128 = false;  ///< the change
+};
+/// The variant `DkLast` (see its summary).
+struct DkLast : Tuned {
+  static constexpr const char* name = "dk_last";  ///< --variant dk_last
+  /// For --help.
+  static constexpr const char* summary = "d = 64: dK issued after dQ, as at d = 128, running while dQ is stored";
+  static constexpr bool dk_after_dq_d64 = true;  ///< the change
+};
+
 /// Every variant, in LOG.md's order, the finished kernel first.
-using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp, Q64>;
+using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp, Q64, DkFirst, DkLast>;
 
 /// The variants as the demo runs them (`--variant NAME`).
 std::vector<Variant<BackwardStageRun>> variants();

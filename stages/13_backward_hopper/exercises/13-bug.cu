@@ -28,15 +28,18 @@
  *                           the diagonal or the end of the keys; dPᵀ is still being computed)
  *             wait for dPᵀ: dSᵀ = Pᵀ ∘ (dPᵀ − D)
  *             dSᵀ → shared memory, transposed (dS: rows are queries), for dQ
- *             issue dV_w += Pᵀ·dO_i,  dK_w += dSᵀ·Q_i            (wgmma, A from registers)
+ *             issue dV_w += Pᵀ·dO_i,  dK_w += dSᵀ·Q_i            (wgmma, A from registers;
+ *                                                             d = 128: dK after dQ, below)
  *             both consumers' dS written (a named barrier of the two):
  *             issue consumer w's part of dQ_i = dS·K_j            (wgmma, both in shared memory)
- *             wait for all three; hand buffer i % 2 back
+ *             d = 64: wait for all three; hand buffer i % 2 back
+ *             d = 128: issue dK_w += dSᵀ·Q_i; wait for dV and dQ only (dK runs on under dQ's store)
  *             dQacc_i += dQ_i, the halves → shared memory (fp32), added by one bulk reduction
  *             (cp.reduce.async.bulk .add.f32): d = 128, after a named barrier, by one consumer
  *             thread; d = 64 and deterministic (--variant deterministic), by the dQ warp,
  *             which the consumers only tell (bar.arrive), and go on (tuning.h: what LOG.md
  *             measured); deterministic, the Q tiles taken from the last down
+ *             d = 128: wait for dK; hand buffer i % 2 back
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -107,6 +110,8 @@ static_assert(Bc == 64 * CONSUMERS, "each consumer owns 64 keys: one wgmma M");
 /// rows × D columns is stored as D/64 boxes of R rows × 128 bytes, as TMA writes it.
 template <int D, class S>
 struct Smem {
+  /// Whether dK's product is issued after dQ's at this head dim (tuning.h).
+  static constexpr bool DK_AFTER_DQ = D == 64 ? S::dk_after_dq_d64 : S::dk_after_dq_d128;
   /// Query rows of a Q tile at this head dim (tuning.h).
   static constexpr int BR = D == 64 ? S::br_d64 : 64;
   static_assert(tc_backward::PAD_ROWS % BR == 0, "kernel 1 pads lse and D to whole tiles of PAD_ROWS rows");
@@ -382,7 +387,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_proxy_async();  // the tensor cores read what these stores wrote
 
     // dV_w += Pᵀ·dO_i and dK_w += dSᵀ·Q_i: Br/16 products each of 64×16 (registers) by
-    // 16×D (MN-major: the sum runs down the rows of dO and Q).
+    // 16×D (MN-major: the sum runs down the rows of dO and Q). dV is issued now; dK now too
+    // (d = 64) or after dQ (d = 128: L::DK_AFTER_DQ), so that it runs while dQ is stored.
     fence_registers(dv);
     fence_registers(dk);
     wgmma_fence();
@@ -390,10 +396,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int kk = 0; kk < Br / 16; ++kk) {  // rows 16kk .. 16kk + 15 of dO and Q; boxes Br·128 bytes apart
       wgmma_rs<T, D>(dv, pa[kk], smem_desc(dOs + kk * 16 * 128, Br * 128, 1024), true);
     }
+    const auto issue_dk = [&] {
 #pragma unroll
-    for (int kk = 0; kk < Br / 16; ++kk) {
-      wgmma_rs<T, D>(dk, dsa[kk], smem_desc(Qs + kk * 16 * 128, Br * 128, 1024), true);
-    }
+      for (int kk = 0; kk < Br / 16; ++kk) {
+        wgmma_rs<T, D>(dk, dsa[kk], smem_desc(Qs + kk * 16 * 128, Br * 128, 1024), true);
+      }
+    };
+    if constexpr (!L::DK_AFTER_DQ) issue_dk();
     wgmma_commit();
 
     // This consumer's part of dQ_i = dS·K_j over all Bc keys (L::DQ_N: 64 rows from
@@ -412,11 +421,24 @@ __global__ void __launch_bounds__(THREADS, 1)
                                  smem_desc(kb, Bc * 128, 1024), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(dq);
-    fence_registers(dv);
-    fence_registers(dk);
-    mbarrier_arrive(&q_empty[buf]);  // this thread is done with Q_i and dO_i
+    // Products retire in the order of their groups. The tile is done with Q_i and dO_i once
+    // they all have: now, or (dK after dQ) at the end of the tile, when dK has run under dQ's
+    // way to dQacc; here only dV and dQ are waited for.
+    const auto done_with_tile = [&] {
+      fence_registers(dv);
+      fence_registers(dk);
+      mbarrier_arrive(&q_empty[buf]);  // this thread is done with Q_i and dO_i
+    };
+    if constexpr (L::DK_AFTER_DQ) {
+      issue_dk();
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_registers(dq);
+    } else {
+      wgmma_wait<0>();
+      fence_registers(dq);
+      done_with_tile();
+    }
 
     // dQacc_i += the tile's dQ (scale is applied by kernel 3): every K/V tile of the head adds
     // to the same rows, from other blocks, so the additions are atomic. Deterministic: in the
@@ -497,6 +519,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
       }
       pass_turn();
+    }
+    if constexpr (L::DK_AFTER_DQ) {
+      wgmma_wait<0>();
+      done_with_tile();
     }
   }
   if constexpr (L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::consumer) {
