@@ -15,7 +15,7 @@ mkdir -p "$out"
 source "$(dirname "$0")/tune_lib.sh"
 # --variant name : the configuration's struct in tuning.h (for ptxas' report)
 variants=("tuned:Tuned" "atomics:Atomics" "bulk:Bulk" "deterministic:Deterministic"
-          "deterministic_atomics:DeterministicAtomics" "dq_warp:DqWarp" "q64:Q64" "dk_first:DkFirst" "dk_last:DkLast")
+          "deterministic_atomics:DeterministicAtomics" "dq_warp:DqWarp" "q64:Q64" "dk_first:DkFirst" "dk_last:DkLast" "dk_split:DkSplit")
 build_once "$out" stage13_backward_hopper
 bin="$out/build/bin/stage13_backward_hopper"
 shapes=("--batch 4 --heads 32 --seq-q 4096 --seq-kv 4096 --dim 64"

@@ -73,6 +73,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/device_math.cuh"
@@ -109,10 +110,14 @@ static_assert(Bc == 64 * CONSUMERS, "each consumer owns 64 keys: one wgmma M");
 /// rows × D columns is stored as D/64 boxes of R rows × 128 bytes, as TMA writes it.
 template <int D, class S>
 struct Smem {
-  /// Whether dK's product is issued after dQ's at this head dim (tuning.h).
-  static constexpr bool DK_AFTER_DQ = D == 64 ? S::dk_after_dq_d64 : S::dk_after_dq_d128;
   /// Query rows of a Q tile at this head dim (tuning.h).
   static constexpr int BR = D == 64 ? S::br_d64 : 64;
+  /// When dK's product is issued at this head dim (tuning.h): DK_EARLY of its BR/16 k-steps
+  /// beside dV's, before the barrier, and the rest after dQ's.
+  static constexpr DkOrder DK = D == 64 ? S::dk_d64 : S::dk_d128;
+  static constexpr int DK_EARLY = DK == DkOrder::with_dv ? BR / 16 : DK == DkOrder::split ? BR / 32 : 0;
+  /// Whether some of dK's product is issued after dQ's (and runs under dQ's store).
+  static constexpr bool DK_LATE = DK_EARLY < BR / 16;
   static_assert(tc_backward::PAD_ROWS % BR == 0, "kernel 1 pads lse and D to whole tiles of PAD_ROWS rows");
   static constexpr int KV_BYTES = Bc * D * 2;  ///< one K (or V) tile
   static constexpr int Q_BYTES = BR * D * 2;   ///< one Q (or dO) tile
@@ -387,7 +392,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     // dV_w += Pᵀ·dO_i and dK_w += dSᵀ·Q_i: Br/16 products each of 64×16 (registers) by
     // 16×D (MN-major: the sum runs down the rows of dO and Q). dV is issued now; dK now too
-    // (d = 64) or after dQ (d = 128: L::DK_AFTER_DQ), so that it runs while dQ is stored.
+    // (d = 64) or after dQ (d = 128: L::DK_LATE), so that it runs while dQ is stored.
     fence_registers(dv);
     fence_registers(dk);
     wgmma_fence();
@@ -395,13 +400,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int kk = 0; kk < Br / 16; ++kk) {  // rows 16kk .. 16kk + 15 of dO and Q; boxes Br·128 bytes apart
       wgmma_rs<T, D>(dv, pa[kk], smem_desc(dOs + kk * 16 * 128, Br * 128, 1024), true);
     }
-    const auto issue_dk = [&] {
+    const auto issue_dk = [&](auto from, auto to) {  // k-steps from .. to − 1 (compile-time bounds)
 #pragma unroll
-      for (int kk = 0; kk < Br / 16; ++kk) {
+      for (int kk = from; kk < to; ++kk) {
         wgmma_rs<T, D>(dk, dsa[kk], smem_desc(Qs + kk * 16 * 128, Br * 128, 1024), true);
       }
     };
-    if constexpr (!L::DK_AFTER_DQ) issue_dk();
+    issue_dk(std::integral_constant<int, 0>{}, std::integral_constant<int, L::DK_EARLY>{});
     wgmma_commit();
 
     // This consumer's part of dQ_i = dS·K_j over all Bc keys (L::DQ_N: 64 rows from
@@ -428,8 +433,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       fence_registers(dk);
       mbarrier_arrive(&q_empty[buf]);  // this thread is done with Q_i and dO_i
     };
-    if constexpr (L::DK_AFTER_DQ) {
-      issue_dk();
+    if constexpr (L::DK_LATE) {
+      issue_dk(std::integral_constant<int, L::DK_EARLY>{}, std::integral_constant<int, Br / 16>{});
       wgmma_commit();
       wgmma_wait<1>();
       fence_registers(dq);
@@ -519,7 +524,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
       pass_turn();
     }
-    if constexpr (L::DK_AFTER_DQ) {
+    if constexpr (L::DK_LATE) {
       wgmma_wait<0>();
       done_with_tile();
     }
