@@ -112,9 +112,10 @@ template <int D, class S>
 struct Smem {
   /// Query rows of a Q tile at this head dim (tuning.h).
   static constexpr int BR = D == 64 ? S::br_d64 : 64;
-  /// When dK's product is issued at this head dim (tuning.h): DK_EARLY of its BR/16 k-steps
-  /// beside dV's, before the barrier, and the rest after dQ's.
+  /// When dK's product is issued at this head dim (tuning.h).
   static constexpr DkOrder DK = D == 64 ? S::dk_d64 : S::dk_d128;
+  /// How many of dK's BR/16 k-steps are issued beside dV's, before the barrier; the rest
+  /// follow dQ's.
   static constexpr int DK_EARLY = DK == DkOrder::with_dv ? BR / 16 : DK == DkOrder::split ? BR / 32 : 0;
   /// Whether some of dK's product is issued after dQ's (and runs under dQ's store).
   static constexpr bool DK_LATE = DK_EARLY < BR / 16;
