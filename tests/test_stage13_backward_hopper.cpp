@@ -32,6 +32,10 @@ namespace fa::hopper_backward::early_release {
 // The second: a Q buffer handed back to the producer before the products that read it are retired.
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
 }  // namespace fa::hopper_backward::early_release
+namespace fa::hopper_backward::early_release_d64 {
+// The third: the same on the d = 64 path, where the tile waits for all three products at once.
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+}  // namespace fa::hopper_backward::early_release_d64
 #endif
 
 namespace {
@@ -245,6 +249,11 @@ TEST_CASE("stage 13: the checks catch planted bugs", "[stage13][planted]") {
   // when it is early.) Four Q tiles of 64 rows at d = 128.
   const fa::AttentionProblem p = problem(1, 1, 256, 64, 128, false, fa::DType::F16);
   REQUIRE_THROWS_WITH(run_and_check(p, 4, 1.0f, fa::hopper_backward::early_release::attention_backward),
+                      fa::test::HasSubstring("overwrites shared memory") && fa::test::HasSubstring("still reads"));
+  // The same at d = 64, where the buffer is handed back once all three products are waited
+  // for: four Q tiles of 128 rows.
+  const fa::AttentionProblem p64 = problem(1, 1, 512, 64, 64, false, fa::DType::F16);
+  REQUIRE_THROWS_WITH(run_and_check(p64, 4, 1.0f, fa::hopper_backward::early_release_d64::attention_backward),
                       fa::test::HasSubstring("overwrites shared memory") && fa::test::HasSubstring("still reads"));
 #endif
 }
