@@ -164,7 +164,7 @@ TEST_CASE("stage 13: every variant matches the reference", "[stage13][variants]"
 // The deterministic mode: blocks add to each Q tile's dQ in the order of their K/V tiles, so dQ
 // has the same bits however the blocks are scheduled. On the CPU backend each run takes
 // another shuffled order of four blocks in flight, and the finished kernel's dQ (additions in
-// whatever order the blocks reach them) is shown to differ between two of those orders, so the
+// whatever order the blocks reach them) is shown to differ in one of three other orders, so the
 // comparison could fail. On a GPU, 256 blocks (more than run at once) are run three times as
 // they come. The finished mode adds by bulk reductions at both head dims, the atomics mode by
 // atomics at d = 64; causal and not; strided inputs. The first run of each is checked against
@@ -200,9 +200,13 @@ TEST_CASE("stage 13: the deterministic mode's dQ has the same bits whatever the 
           REQUIRE(again.dk == first.dk);
           REQUIRE(again.dv == first.dv);
         }
-        if (cpu && !causal && name == "deterministic") {
-          CHECK(gradients(1, fa::hopper_backward::attention_backward).dq !=
-                gradients(2, fa::hopper_backward::attention_backward).dq);
+        if (cpu && !causal && name == "deterministic") {  // some two orders of four give another dQ
+          const auto base = gradients(1, fa::hopper_backward::attention_backward).dq;
+          bool differs = false;
+          for (unsigned order : {2u, 3u, 4u}) {
+            differs = differs || gradients(order, fa::hopper_backward::attention_backward).dq != base;
+          }
+          CHECK(differs);
         }
       }
     }
