@@ -11,7 +11,9 @@ For each attention, three medians:
         kernel so that the events time the kernels back to back, not the host.
 
 Attentions: "sdpa" (its FlashAttention-2 backend, by name, as train_gpt.py's baseline),
-"fa_stages", and "none" (O = q, a floor: the rest of the model alone).
+"fa_stages", "none" (O = q, a floor: the rest of the model alone), and "fa_stages_python":
+fa_stages with its two C calls (forward, backward) replaced by calls that do nothing, so that
+its host time is the module's Python alone (its outputs, gradients and GPU time mean nothing).
 
     PYTHONPATH=build/python python3 benchmarks/gpt_step.py [--batch 16] [--turns 150] [--graph]
 
@@ -37,6 +39,11 @@ train_gpt = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(train_gpt)
 
 
+def _nothing(*args):
+    """Stands in for a C call of fa_stages ("fa_stages_python"): returns success at once."""
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -44,6 +51,8 @@ def main():
     parser.add_argument("--attentions", default="sdpa,fa_stages,none")
     parser.add_argument("--graph", action="store_true")
     args = parser.parse_args()
+    if args.graph and "fa_stages_python" in args.attentions.split(","):
+        parser.error("fa_stages_python times the host, which a CUDA graph takes out of the step")
     if not torch.cuda.is_available():
         print("skipped: PyTorch sees no CUDA device")
         return 77
@@ -58,12 +67,22 @@ def main():
     alive = []  # a graph replays on its model's and optimiser's memory: they must outlive it
     for name in names:
         torch.manual_seed(0)
-        attention = (lambda q, k, v: q) if name == "none" else train_gpt.attention_of(name)
+        attention = (lambda q, k, v: q) if name == "none" else train_gpt.attention_of(
+            "fa_stages" if name == "fa_stages_python" else name)
         model = train_gpt.GPT(vocab, context, layers, heads, head_dim, attention).to(device)
         optimiser = train_gpt.optimiser_for(model, 1e-4, args.graph)
 
-        def step(model=model, optimiser=optimiser):
-            train_gpt.train_step(model, optimiser, x, y, vocab, args.graph)
+        def step(model=model, optimiser=optimiser, python_only=name == "fa_stages_python"):
+            if not python_only:
+                train_gpt.train_step(model, optimiser, x, y, vocab, args.graph)
+                return
+            lib = train_gpt.fa_stages._library(device)
+            calls = lib.forward, lib.backward
+            lib.forward = lib.backward = _nothing
+            try:
+                train_gpt.train_step(model, optimiser, x, y, vocab, args.graph)
+            finally:
+                lib.forward, lib.backward = calls
 
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
