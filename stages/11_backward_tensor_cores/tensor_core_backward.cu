@@ -521,12 +521,20 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   }
 }
 
-/// Kernel 3: dQ = scale·dQacc, rounded to T, two elements a thread a step.
-template <typename T>
-__global__ void __launch_bounds__(256) convert_dq_kernel(const float* dQacc, T* dQ, int64_t pairs, float scale) {
+/// Kernel 3: dQ = scale·dQacc, rounded to T, two elements a thread a step. Swizzled (stage
+/// 13's layout of dQacc), element (q, c) of a head's dQ is read from column c XOR 8·(q % 8) of
+/// dQacc's row q: the 8-column groups of each row of 64 columns stored in another order.
+template <typename T, bool SWIZZLED>
+__global__ void __launch_bounds__(256)
+    convert_dq_kernel(const float* dQacc, T* dQ, int64_t pairs, float scale, int dim, int seq_q) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < pairs;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float2 v = reinterpret_cast<const float2*>(dQacc)[k];
+    int64_t from = k;
+    if constexpr (SWIZZLED) {
+      const int64_t row = 2 * k / dim;  // the row of all heads' rows; its row in the head: row % seq_q
+      from = k ^ (4 * (row % seq_q % 8));  // pairs: 8 columns are 4 pairs
+    }
+    const float2 v = reinterpret_cast<const float2*>(dQacc)[from];
     reinterpret_cast<uint32_t*>(dQ)[k] = pack2<T>(scale * v.x, scale * v.y);
   }
 }
@@ -550,13 +558,19 @@ void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, 
   FA_CHECK_LAUNCH("prepare_kernel");
 }
 
-void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq) {
+void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq, bool swizzled) {
   const int64_t pairs = p.q_elems() / 2;
   const int64_t blocks = std::min<int64_t>((pairs + 255) / 256, 65535);
   tc::with_mma_type(p.dtype, "finish_dq", [&](auto type) {
     using T = decltype(type);
-    convert_dq_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(ws.dQacc, static_cast<T*>(dq), pairs,
-                                                                                   p.scale);
+    const int dim = static_cast<int>(p.dim), seq_q = static_cast<int>(p.seq_q);
+    if (swizzled) {
+      convert_dq_kernel<T, true><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
+          ws.dQacc, static_cast<T*>(dq), pairs, p.scale, dim, seq_q);
+    } else {
+      convert_dq_kernel<T, false><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
+          ws.dQacc, static_cast<T*>(dq), pairs, p.scale, dim, seq_q);
+    }
   });
   FA_CHECK_LAUNCH("convert_dq_kernel");
 }
@@ -599,7 +613,7 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
       static_cast<T*>(t.dv), p.seq_q, p.seq_kv, seq_q_pad, p.scale, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("dkdv_kernel");
 
-  (finish_dq)(p, ws, t.dq);
+  (finish_dq)(p, ws, t.dq, false);  // dQacc in order: stage 11 adds it by atomics
 }
 
 /// A variant of tuning.h on the demo's tensors, built for what LOG.md measures: d = 64 and 128.

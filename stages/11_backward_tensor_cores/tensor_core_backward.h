@@ -65,8 +65,10 @@ Workspace split_workspace(const AttentionProblem& p, void* workspace);
 void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, const Workspace& ws,
              const std::string& stage);
 
-/// Kernel 3, enqueued: dQ (contiguous, p.dtype) = scale·dQacc, rounded.
-void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq);
+/// Kernel 3, enqueued: dQ (contiguous, p.dtype) = scale·dQacc, rounded. `swizzled`: dQacc as
+/// stage 13 lays it out, each row's 8-column groups in the order of its bank-conflict-free
+/// stores (column c of head row q at c XOR 8·(q % 8); the dims are 64 and 128).
+void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq, bool swizzled);
 
 /**
  * The gradients of attention on tensor cores, FlashAttention-2's backward algorithm (stage

@@ -17,6 +17,7 @@
  *     stage13_backward_hopper --variant dk_first       # d = 128: dK issued beside dV, before dQ
  *     stage13_backward_hopper --variant dk_last        # d = 64: dK issued after dQ
  *     stage13_backward_hopper --variant dk_split       # half of dK before the barrier, half after dQ
+ *     stage13_backward_hopper --variant dq_plain       # dQ's tile stored without the swizzle
  */
 #pragma once
 
@@ -74,6 +75,9 @@ struct Tuned {
   /// At d = 128 it is issued after dQ's product: the tile waits for dV and dQ only, and dK
   /// runs while dQ goes to shared memory and dQacc: 4.5-6% faster, 1.5-4.5% causal (LOG.md).
   static constexpr DkOrder dk_d128 = DkOrder::after_dq;
+  /// dQ's rows in dQacc (and in the tile the bulk reduction reads) with their 8-column groups
+  /// swizzled, so that the stores of a dQ tile into shared memory meet no bank conflicts.
+  static constexpr bool dq_swizzle = true;
 };
 
 /// The variant `Atomics` (see its summary).
@@ -162,8 +166,18 @@ struct DkSplit : Tuned {
   static constexpr DkOrder dk_d128 = DkOrder::split;  ///< the change
 };
 
+/// The variant `DqPlain` (see its summary).
+struct DqPlain : Tuned {
+  static constexpr const char* name = "dq_plain";  ///< --variant dq_plain
+  /// For --help.
+  static constexpr const char* summary =
+      "dQ's rows stored in order: a store instruction's eight rows meet in the same banks (the step before)";
+  static constexpr bool dq_swizzle = false;  ///< the change
+};
+
 /// Every variant, in LOG.md's order, the finished kernel first.
-using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp, Q64, DkFirst, DkLast, DkSplit>;
+using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp, Q64, DkFirst, DkLast, DkSplit,
+                            DqPlain>;
 
 /// The variants as the demo runs them (`--variant NAME`).
 std::vector<Variant<BackwardStageRun>> variants();

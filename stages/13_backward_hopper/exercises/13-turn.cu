@@ -452,16 +452,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     // Deterministic: the flags of this Q tile's two parts (one a consumer), and this K/V tile's turn.
     const auto flag = [&](int half) { return tile_flag(i0, half); };
     const int turn = kv_turn;
+    // Where this thread's 8-column group nc of its part of dQ starts in a row of dQacc. Swizzled
+    // (tuning.h's dq_swizzle), row q keeps its group c at c XOR (q % 8), and this thread's rows
+    // are g (mod 8): so one store instruction's eight rows, 4·D bytes apart (a multiple of the
+    // 128 bytes the 32 banks span), write four different 32-byte places of those 128 bytes, two
+    // rows to each, not all eight to one (kernel 3 reads them back in order).
+    const auto column = [&](int nc) { return S::dq_swizzle ? 8 * ((dq_col0 / 8 + nc) ^ g) : dq_col0 + 8 * nc; };
     // With the bulk reduction: both parts into shared memory buffer n % 2, laid out as dQacc's
     // rows are, and fenced (the copy engine reads it through the async proxy).
     float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
     const auto store_dq_tile = [&] {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float* row = dq_tile + (dq_row0 + 16 * warp + g + 8 * r) * D + dq_col0 + 2 * t;
+        float* row = dq_tile + (dq_row0 + 16 * warp + g + 8 * r) * D + 2 * t;
 #pragma unroll
         for (int nc = 0; nc < L::DQ_N / 8; ++nc) {
-          *reinterpret_cast<float2*>(row + 8 * nc) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
+          *reinterpret_cast<float2*>(row + column(nc)) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
         }
       }
       fence_proxy_async();
@@ -496,11 +502,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int r = 0; r < 2; ++r) {
         const int q = dq_row0 + 16 * warp + g + 8 * r;
         if (q >= q_valid) continue;
-        float* row = dq_rows + static_cast<int64_t>(i0 + q) * D + dq_col0 + 2 * t;
+        float* row = dq_rows + static_cast<int64_t>(i0 + q) * D + 2 * t;
 #pragma unroll
         for (int nc = 0; nc < L::DQ_N / 8; ++nc) {
           const float add[2] = {dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]};
-          dev::atomic_add_vec<2, true>(row + 8 * nc, add);
+          dev::atomic_add_vec<2, true>(row + column(nc), add);
         }
       }
       pass_turn();
@@ -561,7 +567,7 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
       static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);
   FA_CHECK_LAUNCH("backward_kernel");
 
-  tc_backward::finish_dq(p, ws, t.dq);
+  tc_backward::finish_dq(p, ws, t.dq, S::dq_swizzle);
 }
 
 /// Refuses what no stage-13 kernel runs, with a message: another head dim, or a GPU that is
