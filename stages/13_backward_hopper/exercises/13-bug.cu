@@ -34,7 +34,8 @@
  *             issue consumer w's part of dQ_i = dS·K_j            (wgmma, both in shared memory)
  *             d = 64: wait for all three; hand buffer i % 2 back
  *             d = 128: issue dK_w += dSᵀ·Q_i; wait for dV and dQ only (dK runs on under dQ's store)
- *             dQacc_i += dQ_i, the halves → shared memory (fp32), added by one bulk reduction
+ *             dQacc_i += dQ_i, the halves → shared memory (fp32; each row's 8-column groups
+ *             swizzled, so that the stores meet no bank conflicts), added by one bulk reduction
  *             (cp.reduce.async.bulk .add.f32): d = 128, after a named barrier, by one consumer
  *             thread; d = 64 and deterministic (--variant deterministic), by the dQ warp,
  *             which the consumers only tell (bar.arrive), and go on (tuning.h: what LOG.md
@@ -43,7 +44,8 @@
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
- * rounded) are stage 11's: tc_backward::prepare() and finish_dq().
+ * rounded, read back from the swizzled order) are stage 11's: tc_backward::prepare() and
+ * finish_dq().
  *
  * Layouts: Sᵀ's accumulators (keys are rows) turned into 16-bit pairs are exactly the A
  * fragments of Pᵀ·dO, as P was the A operand of P·V in stage 08; the same holds for dSᵀ.
