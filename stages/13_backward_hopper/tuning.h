@@ -101,10 +101,9 @@ struct Bulk : Tuned {
 /// The variant `Deterministic` (see its summary): the same kernel with dQ reproducible bit
 /// for bit, which attention_backward(..., deterministic = true) runs. Its dQ is added by the
 /// bulk reduction at both head dims, issued by the dQ warp, which waits for the turns where
-/// the consumers do not: 1.10-1.31× the finished kernel's time before dQ's tile was swizzled
-/// (1.07-1.31× before dK's product moved after dQ's at d = 128, 1.07-1.20× before the Q tiles
-/// of 128 rows at d = 64), where the atomics' handover, a barrier on each side, took
-/// 1.37-1.48× at d = 64 (LOG.md).
+/// the consumers do not: 1.13-1.33× the finished kernel's time (1.10-1.31× before dQ's tile
+/// was swizzled, 1.07-1.20× before the Q tiles of 128 rows at d = 64), where the atomics'
+/// handover, a barrier on each side, took 1.37-1.48× at d = 64 (LOG.md).
 struct Deterministic : Tuned {
   static constexpr const char* name = "deterministic";  ///< --variant deterministic
   /// For --help.
