@@ -11,9 +11,11 @@ For each attention, three medians:
         kernel so that the events time the kernels back to back, not the host.
 
 Attentions: "sdpa" (its FlashAttention-2 backend, by name, as train_gpt.py's baseline),
-"fa_stages", "none" (O = q, a floor: the rest of the model alone), and "fa_stages_python":
-fa_stages with its two C calls (forward, backward) replaced by calls that do nothing, so that
-its host time is the module's Python alone (its outputs, gradients and GPU time mean nothing).
+"fa_stages" (the compiled operator, python/torch_ops.cpp, where the build made it), "none"
+(O = q, a floor: the rest of the model alone), "fa_stages_autograd" (fa_stages through its
+Python autograd.Function, the compiled operator turned off), and "fa_stages_python": the
+latter with its two C calls (forward, backward) replaced by calls that do nothing, so that its
+host time is the module's Python alone (its outputs, gradients and GPU time mean nothing).
 
     PYTHONPATH=build/python python3 benchmarks/gpt_step.py [--batch 16] [--turns 150] [--graph]
 
@@ -68,21 +70,24 @@ def main():
     for name in names:
         torch.manual_seed(0)
         attention = (lambda q, k, v: q) if name == "none" else train_gpt.attention_of(
-            "fa_stages" if name == "fa_stages_python" else name)
+            "fa_stages" if name.startswith("fa_stages") else name)
         model = train_gpt.GPT(vocab, context, layers, heads, head_dim, attention).to(device)
         optimiser = train_gpt.optimiser_for(model, 1e-4, args.graph)
 
-        def step(model=model, optimiser=optimiser, python_only=name == "fa_stages_python"):
-            if not python_only:
+        def step(model=model, optimiser=optimiser, name=name):
+            if name not in ("fa_stages_autograd", "fa_stages_python"):
                 train_gpt.train_step(model, optimiser, x, y, vocab, args.graph)
                 return
-            lib = train_gpt.fa_stages._library(device)
-            calls = lib.forward, lib.backward
-            lib.forward = lib.backward = _nothing
+            fa_stages = train_gpt.fa_stages
+            lib = fa_stages._library(device)
+            calls, operator = (lib.forward, lib.backward), fa_stages._use_operator
+            fa_stages._use_operator = False  # the Python autograd.Function
+            if name == "fa_stages_python":
+                lib.forward = lib.backward = _nothing
             try:
                 train_gpt.train_step(model, optimiser, x, y, vocab, args.graph)
             finally:
-                lib.forward, lib.backward = calls
+                (lib.forward, lib.backward), fa_stages._use_operator = calls, operator
 
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -127,7 +132,7 @@ def main():
           % (torch.cuda.get_device_name(), torch.__version__, layers, heads, head_dim, context, args.batch,
              ", CUDA graphs" if args.graph else "", args.turns))
     for name in names:
-        print("%-10s step %6.2f ms   host %6.2f ms   GPU %6.2f ms"
+        print("%-18s step %6.2f ms   host %6.2f ms   GPU %6.2f ms"
               % (name, 1e3 * statistics.median(wall[name]), 1e3 * statistics.median(host[name]),
                  statistics.median(gpu[name])))
     return 0

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What one call of fa_stages.attention costs a training step, beside SDPA: a forward and
 backward pass on q, k and v as the GPT of python/examples/train_gpt.py makes them (views
-of one linear layer's output, bfloat16), its output reshaped back as the model does.
+of one linear layer's output, bfloat16), its output reshaped back as the model does; by the
+compiled operator (python/torch_ops.cpp, where the build made it), by the module's Python
+autograd.Function (the operator turned off), and by SDPA's FlashAttention-2 backend.
 
 Two figures, each the median of --rounds rounds of --calls calls:
   host: the time the Python thread spends issuing one forward and backward pass (no
@@ -53,8 +55,16 @@ def main():
     grad = torch.randn(b, n, h * d, device="cuda", dtype=torch.bfloat16)
     print("%s, torch %s; B=%d H=%d N=%d d=%d causal bfloat16, q, k, v views of one [B, N, 3·H·d] tensor"
           % (torch.cuda.get_device_name(), torch.__version__, b, h, n, d))
+    def python_autograd(q, k, v):  # the compiled operator turned off: fa_stages' Python autograd.Function
+        operator, fa_stages._use_operator = fa_stages._use_operator, False
+        try:
+            return fa_stages.attention(q, k, v, causal=True)
+        finally:
+            fa_stages._use_operator = operator
+
     functions = [("fa_stages.attention", lambda q, k, v: fa_stages.attention(q, k, v, causal=True)),
-                 ("SDPA flash", sdpa_flash)]
+                 ("fa_stages, Python", python_autograd), ("SDPA flash", sdpa_flash)]
+    print("fa_stages.attention runs the compiled operator: %s" % fa_stages.compiled_operator("cuda"))
 
     def one_pass(attention):
         q, k, v = x.view(b, n, 3, h, d).permute(2, 0, 3, 1, 4)

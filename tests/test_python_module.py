@@ -10,6 +10,7 @@ Exit 0: passed; 1: failed; 77: skipped (no PyTorch, or no GPU for --device cuda)
 
 import argparse
 import math
+import os
 import sys
 import warnings
 
@@ -200,19 +201,30 @@ def deterministic_backward(device):
     o32, lse32 = fa_stages.forward(*f)
     expect_error(ValueError, "no deterministic backward pass for fp32",
                  lambda: bwd(*f, o32, lse32, grad_o.float(), deterministic=True), "deterministic in float32")
-    # torch.use_deterministic_algorithms: attention()'s gradients follow it.
+    # torch.use_deterministic_algorithms: attention()'s gradients follow it, by the Python
+    # autograd.Function (asked here) and by the compiled operator (its results and refusals).
     try:
         torch.use_deterministic_algorithms(True)
         qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
         asked, real = [], fa_stages._backward
         fa_stages._backward = lambda *a, **kw: (asked.append(kw.get("deterministic")), real(*a, **kw))[1]
+        operator, fa_stages._use_operator = fa_stages._use_operator, False
         try:
             fa_stages.attention(qg, kg, vg).backward(grad_o)
         finally:
-            fa_stages._backward = real
+            fa_stages._backward, fa_stages._use_operator = real, operator
         want = fa_stages.backward(q, k, v, o, lse, grad_o, deterministic=True)
         check(asked == [True] and torch.equal(qg.grad, want[0]),
               "use_deterministic_algorithms: attention()'s backward pass is the deterministic mode (%s)" % asked)
+        if fa_stages.compiled_operator(device):
+            qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+            fa_stages.attention(qg, kg, vg).backward(grad_o)
+            check(all(torch.equal(g, w) for g, w in zip((qg.grad, kg.grad, vg.grad), want)),
+                  "use_deterministic_algorithms, the compiled operator: the deterministic mode's gradients")
+            h32 = tuple(t[..., :32].clone().requires_grad_(True) for t in (q, k, v))
+            expect_error(RuntimeError, "use_deterministic_algorithms is on",
+                         lambda: fa_stages.attention(*h32, stage="06").backward(grad_o[..., :32]),
+                         "use_deterministic_algorithms, the compiled operator at d = 32 (no stage 13)")
         fg = tuple(t.clone().requires_grad_(True) for t in f)
         expect_error(RuntimeError, "use_deterministic_algorithms is on",
                      lambda: fa_stages.attention(*fg).backward(grad_o.float()), "use_deterministic_algorithms, float32")
@@ -223,8 +235,53 @@ def deterministic_backward(device):
             fa_stages.attention(*fg).backward(grad_o.float())
         check(fg[0].grad is not None and any("no deterministic backward pass" in str(w.message) for w in caught),
               "use_deterministic_algorithms(warn_only=True), float32: a warning, and the gradients")
+        if fa_stages.compiled_operator(device):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                h32 = tuple(t[..., :32].clone().requires_grad_(True) for t in (q, k, v))
+                fa_stages.attention(*h32, stage="06").backward(grad_o[..., :32])
+            check(h32[0].grad is not None and any("use_deterministic_algorithms is on" in str(w.message)
+                                                  for w in caught),
+                  "use_deterministic_algorithms(warn_only=True), the compiled operator at d = 32: a warning, "
+                  "and the gradients")
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def operator_paths(device):
+    """attention() for the 16-bit stages runs the compiled operator (python/torch_ops.cpp)
+    where the build made one (ctest says so: FA_EXPECT_OPERATOR=1), and the Python
+    autograd.Function where it is turned off. The two give O and the gradients bit for bit
+    the same: the same kernels on the same tensors."""
+    has = fa_stages.compiled_operator(device)
+    if os.environ.get("FA_EXPECT_OPERATOR") == "1":
+        check(has, "the compiled operator is built and runs %s tensors" % device)
+    if not has:
+        print("the compiled operator is not there: attention() is the Python autograd.Function")
+        return
+    cases = [("08", torch.bfloat16, (2, 3, 37, 53), 64, True), ("07", torch.float16, (1, 2, 70, 45), 128, False),
+             ("06", torch.float16, (1, 1, 1, 1), 32, True)]
+    for n, (stage, dtype, (b, h, nq, nkv), d, causal) in enumerate(cases):
+        q, k, v, grad_o = inputs((b, h, nq, d), (b, h, nkv, d), dtype, device, 300 + n, requires_grad=False)
+        if stage == "08":  # q as a view of a [B, N, H, d] tensor, read where it lies
+            q = q.transpose(1, 2).contiguous().transpose(1, 2)
+        runs = []
+        for use in (True, False):
+            fa_stages._use_operator = use
+            try:
+                leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+                o = fa_stages.attention(*leaves, causal=causal, stage=stage)
+                node = type(o.grad_fn).__name__
+                o.backward(grad_o)
+            finally:
+                fa_stages._use_operator = True  # on: compiled_operator() said so above
+            runs.append((node, o.detach(), *(t.grad for t in leaves)))
+        what = "stage %s %s B%d H%d Nq%d Nkv%d d%d%s" % (stage, str(dtype).replace("torch.", ""), b, h, nq, nkv, d,
+                                                        " causal" if causal else "")
+        check(runs[0][0] != runs[1][0] and runs[1][0] == "_AttentionBackward",
+              "%s: the compiled operator's autograd node (%s), then Python's (%s)" % (what, runs[0][0], runs[1][0]))
+        check(all(torch.equal(a, b) for a, b in zip(runs[0][1:], runs[1][1:])),
+              "%s: O, dQ, dK and dV the same bits by the compiled operator and by Python" % what)
 
 
 def expect_error(kind, text, call, what):
@@ -523,6 +580,7 @@ def main():
     # Large-magnitude logits: scale 8 on unit inputs (logits of order 10²).
     check_stage("05", torch.float32, device, 1, 2, 40, 90, 64, False, seed + 3, scale=8.0)
     large_logits(device)
+    operator_paths(device)
     bad_inputs(device)
     layouts(device)
     strided_views(device)

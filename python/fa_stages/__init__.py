@@ -20,7 +20,7 @@ import warnings
 import torch
 
 __all__ = ["attention", "forward", "backward", "MaskPlan", "masked_attention", "FORWARD_STAGES", "BACKWARD_STAGES",
-           "backward_stage", "CUSTOM_OPS", "device_name"]
+           "backward_stage", "CUSTOM_OPS", "device_name", "compiled_operator"]
 
 #: The stages with a forward pass, and the element types each takes.
 FORWARD_STAGES = {
@@ -465,6 +465,46 @@ if CUSTOM_OPS:
     _forward_op.register_autograd(_backward_of_forward, setup_context=_setup_context)
 
 
+# The compiled operator (python/torch_ops.cpp, libfa_stages_torch.so where the build found
+# PyTorch's C++ headers): the same forward and backward passes for the 16-bit stages, with
+# the autograd node in C++, so that no Python runs in them. FA_STAGES_OPERATOR=0 turns it off.
+_OPERATOR_STAGES = {"06", "07", "08"}
+_use_operator = os.environ.get("FA_STAGES_OPERATOR", "1") != "0"
+_operator_for = {}  # backend -> whether the compiled operator runs its tensors
+_operator_loaded = False
+
+
+def _bind_operator(backend):
+    """Loads libfa_stages_torch.so (once) and hands it the functions of `backend`'s library;
+    returns whether attention() may run that backend's tensors through it."""
+    global _operator_loaded
+    ready = False
+    path = os.path.join(_library_dir(), "libfa_stages_torch.so")
+    if os.path.exists(path):
+        lib = _library(torch.device(backend)).lib
+        try:
+            if not _operator_loaded:
+                torch.ops.load_library(path)
+                _operator_loaded = True
+            functions = (lib.fa_stages_forward, lib.fa_stages_backward, lib.fa_stages_backward_workspace,
+                         lib.fa_stages_backward_stage, lib.fa_stages_error)
+            ready = bool(torch.ops.fa_stages_ext.bind(0 if backend == "cpu" else 1,
+                                                      *(ctypes.cast(f, _ptr).value for f in functions)))
+        except (OSError, RuntimeError) as e:  # built against another PyTorch than this one
+            warnings.warn("fa_stages: %s does not load (%s); attention() runs its Python autograd.Function"
+                          % (path, e))
+    _operator_for[backend] = ready
+    return ready
+
+
+def compiled_operator(device="cpu"):
+    """Whether attention() runs the 16-bit stages (06, 07, 08) on `device` through the compiled
+    operator (python/torch_ops.cpp); if not, through the Python autograd.Function."""
+    backend = "cpu" if torch.device(device).type == "cpu" else "cuda"
+    ready = _operator_for.get(backend)
+    return _use_operator and (_bind_operator(backend) if ready is None else ready)
+
+
 def attention(q, k, v, causal=False, scale=None, stage="auto"):
     """softmax(scale·Q·Kᵀ)·V, differentiable, as torch.nn.functional.scaled_dot_product_attention
     computes it with is_causal=causal (the mask aligned top-left) and scale (default 1/sqrt(d)).
@@ -473,11 +513,15 @@ def attention(q, k, v, causal=False, scale=None, stage="auto"):
     float16 and bfloat16) or any of FORWARD_STAGES.
     """
     stage = _check(q, k, v, causal, scale, stage)
-    # The custom operator is what torch.compile needs; eagerly, the plain autograd.Function
-    # does the same for less host time (0.44 against 0.64 ms a forward and backward pass
-    # on the H100, python/README.md), which a small model's training step feels.
+    # The custom operator is what torch.compile needs. Eagerly, the 16-bit stages run the
+    # compiled operator where it was built, the rest the plain autograd.Function: each does
+    # the same for less host time, which a small model's training step feels (python/README.md).
     if CUSTOM_OPS and _compiling():
         return _forward_op(q, k, v, causal, float(scale or 0.0), stage)[0]
+    if stage in _OPERATOR_STAGES and _use_operator:
+        ready = _operator_for.get("cuda" if q.is_cuda else "cpu")
+        if ready or (ready is None and compiled_operator(q.device)):
+            return torch.ops.fa_stages_ext.attention(q, k, v, causal, float(scale or 0.0), stage)
     return _Attention.apply(q, k, v, causal, scale, stage)
 
 
