@@ -220,9 +220,18 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 };
 
 /// fa_stages_ext::attention: O, differentiable. Python's attention() has checked the input
-/// and chosen the stage (06, 07 or 08); `scale` 0 means 1/sqrt(d).
+/// and chosen the stage (06, 07 or 08); `scale` 0 means 1/sqrt(d). A direct call gets the
+/// checks that keep the kernels inside the tensors (the stage checks the rest).
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale,
                      c10::string_view stage) {
+  TORCH_CHECK_TYPE(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+                   "fa_stages: the compiled operator takes float16 or bfloat16, not ", q.scalar_type());
+  TORCH_CHECK_TYPE(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+                   "fa_stages: q, k and v must have one dtype");
+  TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.sizes() == v.sizes() &&
+                        k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3),
+                    "fa_stages: q, k and v must be [B, H, N, d] with one B, H and d, k and v of one shape");
+  TORCH_CHECK_VALUE(k.device() == q.device() && v.device() == q.device(), "fa_stages: q, k and v must be on one device");
   return AttentionFunction::apply(q, k, v, causal, scale, std::string(stage.data(), stage.size()));
 }
 

@@ -282,6 +282,16 @@ def operator_paths(device):
               "%s: the compiled operator's autograd node (%s), then Python's (%s)" % (what, runs[0][0], runs[1][0]))
         check(all(torch.equal(a, b) for a, b in zip(runs[0][1:], runs[1][1:])),
               "%s: O, dQ, dK and dV the same bits by the compiled operator and by Python" % what)
+    # Called directly, past attention()'s checks, the operator still refuses what would read
+    # outside the tensors or misread them.
+    q, k, v, _ = inputs((1, 2, 5, 64), (1, 2, 7, 64), torch.float16, device, 310, requires_grad=False)
+    op = torch.ops.fa_stages_ext.attention
+    expect_error(TypeError, "float16 or bfloat16", lambda: op(q.float(), k.float(), v.float(), False, 0.0, "08"),
+                 "the compiled operator, float32")
+    expect_error(ValueError, "one B, H and d", lambda: op(q, k[:, :1], v[:, :1], False, 0.0, "08"),
+                 "the compiled operator, heads differ")
+    expect_error(ValueError, "one B, H and d", lambda: op(q, k, v[:, :, :6], False, 0.0, "08"),
+                 "the compiled operator, Nk != Nv")
 
 
 def expect_error(kind, text, call, what):
