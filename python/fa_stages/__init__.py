@@ -497,12 +497,16 @@ def _bind_operator(backend):
     return ready
 
 
+def _operator_ready(backend):
+    """Whether the compiled operator runs `backend`'s tensors ("cpu" or "cuda"), bound on first ask."""
+    ready = _operator_for.get(backend)
+    return _use_operator and (_bind_operator(backend) if ready is None else ready)
+
+
 def compiled_operator(device="cpu"):
     """Whether attention() runs the 16-bit stages (06, 07, 08) on `device` through the compiled
     operator (python/torch_ops.cpp); if not, through the Python autograd.Function."""
-    backend = "cpu" if torch.device(device).type == "cpu" else "cuda"
-    ready = _operator_for.get(backend)
-    return _use_operator and (_bind_operator(backend) if ready is None else ready)
+    return _operator_ready("cpu" if torch.device(device).type == "cpu" else "cuda")
 
 
 def attention(q, k, v, causal=False, scale=None, stage="auto"):
@@ -518,10 +522,8 @@ def attention(q, k, v, causal=False, scale=None, stage="auto"):
     # the same for less host time, which a small model's training step feels (python/README.md).
     if CUSTOM_OPS and _compiling():
         return _forward_op(q, k, v, causal, float(scale or 0.0), stage)[0]
-    if stage in _OPERATOR_STAGES and _use_operator:
-        ready = _operator_for.get("cuda" if q.is_cuda else "cpu")
-        if ready or (ready is None and compiled_operator(q.device)):
-            return torch.ops.fa_stages_ext.attention(q, k, v, causal, float(scale or 0.0), stage)
+    if stage in _OPERATOR_STAGES and _operator_ready("cuda" if q.is_cuda else "cpu"):
+        return torch.ops.fa_stages_ext.attention(q, k, v, causal, float(scale or 0.0), stage)
     return _Attention.apply(q, k, v, causal, scale, stage)
 
 
