@@ -124,6 +124,7 @@ template <class RunAndCheck>
 void check_backward_variants(const std::vector<Variant<BackwardStageRun>>& variants, uint64_t seed,
                              const RunAndCheck& run_and_check) {
   for (const auto& v : variants) {
+    if (v.name == "tuned") continue;  // the finished kernel: the stage's own tests run it
     INFO("variant " << v.name << ": " << v.summary);
     const Backward16 run = [&v](const AttentionProblem& p, const tc_backward::Tensors& t, void* ws) {
       v.run(p, {t.q, t.k, t.v, t.o, t.d_o, t.lse, t.dq, t.dk, t.dv}, ws);

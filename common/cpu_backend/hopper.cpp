@@ -284,18 +284,22 @@ void execute(const Product& p) {
     for (int col = 0; col < p.n; ++col) b[k][col] = shared_element(p.type, p.b_at[static_cast<std::size_t>(k * p.n + col)]);
   }
   // D: thread (g, t) of warp w holds, for each 8 columns j, rows 16w + g (values 4j, 4j + 1)
-  // and 16w + g + 8 (4j + 2, 4j + 3), columns 8j + 2t and 8j + 2t + 1.
-  for (int thread = 0; thread < kWarpgroup; ++thread) {
-    const int w = thread / 32, g = thread % 32 / 4, t = thread % 4;
-    for (int j = 0; j < p.n / 8; ++j) {
-      for (int e = 0; e < 4; ++e) {
-        const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
-        float& d = p.d[thread][4 * j + e];
-        double sum = p.accumulate ? static_cast<double>(d) : 0.0;
-        for (int k = 0; k < 16; ++k) sum += a[row][k] * b[k][col];
-        d = static_cast<float>(sum);
-      }
+  // and 16w + g + 8 (4j + 2, 4j + 3), columns 8j + 2t and 8j + 2t + 1. Each element's sum is
+  // taken in double (products of 16-bit values are exact), D first and then the 16 products in
+  // order of k, and rounded once; a row at a time, k outside the columns, so that its sums
+  // advance side by side (the order within each is the same).
+  const auto element = [&p](int row, int col) -> float& {
+    const int w = row / 16, g = row % 8, half = row % 16 / 8, t = col % 8 / 2;
+    return p.d[32 * w + 4 * g + t][4 * (col / 8) + 2 * half + col % 2];
+  };
+  double sum[256];
+  for (int row = 0; row < 64; ++row) {
+    for (int col = 0; col < p.n; ++col) sum[col] = p.accumulate ? static_cast<double>(element(row, col)) : 0.0;
+    for (int k = 0; k < 16; ++k) {
+      const double x = a[row][k];
+      for (int col = 0; col < p.n; ++col) sum[col] += x * b[k][col];
     }
+    for (int col = 0; col < p.n; ++col) element(row, col) = static_cast<float>(sum[col]);
   }
 }
 

@@ -129,17 +129,24 @@ __attribute__((no_sanitize_address)) void mma_op(void* const lanes[32]) {
     }
     for (int e = 0; e < 4; ++e) C[g + 8 * (e / 2)][2 * t + e % 2] = lane->c[e];
   }
-  // Compute and scatter D by C's layout. Products of 16-bit values are exact in fp32;
-  // the sum is taken in double and rounded once.
+  // Compute D = A·B + C. Products of 16-bit values are exact in fp32; each sum is taken in
+  // double, C first and then its 16 products in order of k, and rounded once. (k is the outer
+  // loop so that the 128 sums advance side by side: the order within each is the same.)
+  double D[16][8];
+  for (int row = 0; row < 16; ++row) {
+    for (int col = 0; col < 8; ++col) D[row][col] = C[row][col];
+  }
+  for (int k = 0; k < 16; ++k) {
+    for (int row = 0; row < 16; ++row) {
+      const double a = A[row][k];
+      for (int col = 0; col < 8; ++col) D[row][col] += a * static_cast<double>(B[k][col]);
+    }
+  }
+  // Scatter D by C's layout.
   for (int l = 0; l < 32; ++l) {
     auto* lane = static_cast<MmaLane*>(lanes[l]);
     const int g = l / 4, t = l % 4;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
-      double acc = C[row][col];
-      for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[row][k]) * static_cast<double>(B[k][col]);
-      lane->d[e] = static_cast<float>(acc);
-    }
+    for (int e = 0; e < 4; ++e) lane->d[e] = static_cast<float>(D[g + 8 * (e / 2)][2 * t + e % 2]);
   }
 }
 
