@@ -63,7 +63,7 @@ def stage_help(path):
     if m:
         dtypes = [t for t in ("fp32", "fp16", "bf16") if t in m.group(1)]
     variants = re.findall(r"^\s{20,}([a-z0-9_]+): ", text, flags=re.M)
-    return dtypes, [v for v in variants if v != "tuned"], text
+    return dtypes, [v for v in variants if v != "tuned"]
 
 
 def draw(rng, stage, dtypes, variants, refused, big):
@@ -141,7 +141,7 @@ def main():
     while (a.cases <= 0 or n < a.cases) and (a.seconds <= 0 or time.time() - start < a.seconds):
         stage = wanted[n % len(wanted)]
         n += 1
-        dtypes, variants, _ = info[stage]
+        dtypes, variants = info[stage]
         case = draw(rng, stage, dtypes, variants, refused[stage], big=not a.cpu)
         if case is None:
             continue
@@ -165,10 +165,11 @@ def main():
         elif rc == 2:
             message = re.sub(r"^\S+: error: ", "", last)
             refusals[(stage, message)] += 1
-            if "--variant" not in args and re.search(r"head dim", message):  # not the shape's fault
-                refused[stage].add((dtype, dim))
-            elif "--variant" not in args and re.search(r"only, not " + str(dtype), message):
-                refused[stage].update((dtype, d) for d in (16, 32, 64, 128))
+            if "--variant" not in args:  # (a variant's limits are its own, not the stage's)
+                if re.search(r"head dim", message):
+                    refused[stage].add((dtype, dim))
+                elif re.search(r"only, not " + str(dtype), message):
+                    refused[stage].update((dtype, d) for d in (16, 32, 64, 128))
             print(f"refused {took:6.1f} s  {shown}\n        {message}", flush=True)
         else:
             failures.append((shown, rc, out))
