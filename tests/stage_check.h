@@ -69,6 +69,14 @@ constexpr bool backward_variant_case_runs(int64_t d, bool causal) {
   return !under_address_sanitizer() || causal == (d == 128);
 }
 
+/// Which (element type, head dim) pairs the tensor-core stages' longest tests run, where they
+/// loop over both 16-bit types: all of them, or under AddressSanitizer fp16 at d = 64 and bf16
+/// at the other head dims, so that each type's kernels still run (the release run has the
+/// other pairs). fp32 always runs.
+constexpr bool dtype_case_runs(DType t, int64_t d) {
+  return !under_address_sanitizer() || (t != DType::F16 && t != DType::BF16) || (t == DType::F16) == (d == 64);
+}
+
 /// For its lifetime, on the CPU backend: `blocks` blocks in flight together, taking turns
 /// at every barrier, atomic and global store, with the race detector off
 /// (fa_cpu::Options::blocks_at_once), so that a race between blocks shows as the wrong

@@ -91,6 +91,7 @@ TEST_CASE("stage 09: ragged cache lengths, uneven splits, every head dim and pre
   uint64_t seed = 900;
   for (fa::DType dtype : all_dtypes()) {
     for (int64_t d : fa::supported_head_dims()) {
+      if (!fa::test::dtype_case_runs(dtype, d)) continue;  // under ASan, one 16-bit type a head dim
       for (int64_t hq : {2, 6}) {
         for (int64_t splits : {0, 1, 3, 7}) {
           const fa::DecodeProblem p =

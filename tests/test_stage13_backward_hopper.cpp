@@ -69,6 +69,7 @@ TEST_CASE("stage 13: ragged lengths at d = 64 and 128, fp16 and bf16", "[stage13
   uint64_t seed = 1300;
   for (fa::DType t : kTypes) {
     for (int64_t d : kDims) {
+      if (!fa::test::dtype_case_runs(t, d)) continue;  // under ASan, one type a head dim
       for (auto [nq, nkv] : fa::test::ragged_lengths()) {
         if (fa::is_cpu_backend() && nq * nkv > 100 * 1000 / 2 && (d != 64 || t != fa::DType::F16)) continue;
         const fa::AttentionProblem p = problem(1, 2, nq, nkv, d, false, t);
@@ -91,6 +92,7 @@ TEST_CASE("stage 13: causal mask, tiles above the diagonal skipped", "[stage13][
   uint64_t seed = 1400;
   for (fa::DType t : kTypes) {
     for (int64_t d : kDims) {
+      if (!fa::test::dtype_case_runs(t, d)) continue;  // under ASan, one type a head dim
       for (auto [nq, nkv] : std::vector<std::pair<int64_t, int64_t>>{{257, 257}, {100, 300}, {257, 100}}) {
         const fa::AttentionProblem p = problem(2, 1, nq, nkv, d, true, t);
         const fa::test::BackwardRun r = run_and_check(p, ++seed);
@@ -168,7 +170,8 @@ TEST_CASE("stage 13: every variant matches the reference", "[stage13][variants]"
 // comparison could fail. On a GPU, 256 blocks (more than run at once) are run three times as
 // they come. The finished mode adds by bulk reductions at both head dims, the atomics mode by
 // atomics at d = 64; causal and not; strided inputs. The first run of each is checked against
-// the reference, the others bit for bit against it.
+// the reference, the others bit for bit against it (under AddressSanitizer one other order,
+// and the finished kernel's differing dQ is left to the release run).
 TEST_CASE("stage 13: the deterministic mode's dQ has the same bits whatever the block order", "[stage13]") {
   const bool cpu = fa::is_cpu_backend();
   const std::vector<std::pair<std::string, fa::test::Backward16>> modes = {
@@ -195,12 +198,14 @@ TEST_CASE("stage 13: the deterministic mode's dQ has the same bits whatever the 
           first = r.got;
         }
         for (unsigned order : {2u, 3u}) {
+          if (order == 3u && fa::test::under_address_sanitizer()) break;  // one other order under ASan
           const fa::AttentionGradients<float> again = gradients(order, deterministic);
           REQUIRE(again.dq == first.dq);
           REQUIRE(again.dk == first.dk);
           REQUIRE(again.dv == first.dv);
         }
-        if (cpu && !causal && name == "deterministic") {  // some two orders of four give another dQ
+        // Some two orders of four give another dQ (the release run shows it; ASan need not).
+        if (cpu && !causal && name == "deterministic" && !fa::test::under_address_sanitizer()) {
           const auto base = gradients(1, fa::hopper_backward::attention_backward).dq;
           bool differs = false;
           for (unsigned order : {2u, 3u, 4u}) {
