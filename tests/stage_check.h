@@ -52,8 +52,9 @@ inline bool shared_race_rules_on() {
 
 /// Whether this build runs under AddressSanitizer (the CI's shaken run, where a stage's CPU
 /// tests take 2-5 times as long as in a release build). The battery then leaves out its two
-/// longest cases, and the variant tests run each variant on fewer cases (check_attention_stage,
-/// check_variants, check_backward_variants): the release run has taken the finished kernels and
+/// longest cases, the variant tests run each variant on fewer cases (check_attention_stage,
+/// check_variants, check_backward_variants), and the tensor-core stages' longest tests take one
+/// 16-bit type a head dim (dtype_case_runs): the release run has taken the finished kernels and
 /// every variant through all of them, with the race detector on.
 constexpr bool under_address_sanitizer() {
 #if defined(__SANITIZE_ADDRESS__)
