@@ -17,8 +17,7 @@ std::vector<std::pair<std::string, std::string>> plan_notes(const AttentionProbl
                          std::to_string(c.count(BlockKind::empty)) + " empty (skipped), " +
                          std::to_string(c.count(BlockKind::partial)) + " partial (masked score by score), " +
                          std::to_string(c.count(BlockKind::full)) + " full"},
-          {"grid", std::string(plan.persistent(p.dim) ? "one block a multiprocessor, Q tiles in pairs (heaviest with "
-                                                        "lightest)"
+          {"grid", std::string(plan.persistent(p.dim) ? "one block a multiprocessor, Q tiles dealt by their work"
                                                       : "one block for each Q tile, heaviest first") +
                        "; the longest list has " + std::to_string(plan.longest()) + " blocks"}};
 }

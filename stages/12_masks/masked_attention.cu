@@ -25,8 +25,8 @@
  * What changed since stage 08: the K/V tiles a Q tile visits come from the plan's list, not
  * from 0 to the diagonal; the test of a score is the row's key range, only on partial
  * blocks; the softmax holds up when a row's max is still −inf; and Q tiles are ordered by
- * the work their lists hold, heaviest first, so that the blocks taking them (one a
- * multiprocessor: in pairs, heaviest with lightest) finish together.
+ * the work their lists hold, so that the blocks taking them finish together (one block a
+ * multiprocessor: the host deals the tiles to the blocks by a model of each tile's time).
  * Cost: the plan's tables (two ints a query row, an int a visited block); HBM traffic: Q and
  * O once, K and V once per visited block.
  *
@@ -104,43 +104,26 @@ struct Smem {
 };
 
 /// Which Q tiles there are, and which block takes which: tile number t → (Q tile, batch·head).
-/// Numbers run head by head, so that the blocks running at one time share a few heads' K
-/// and V in L2. A Q tile's work is the length of its list, which the mask makes uneven
-/// (under the causal mask it grows with the tile's index; with documents it follows their
-/// lengths), so `rank` lists the Q tiles by their work, heaviest first. With one block a
-/// multiprocessor (`persistent`), numbers 2u and 2u + 1 are a pair, ranks p and q_tiles − 1 − p
-/// of one head, the heaviest with the lightest, and a block takes both: every pair has about
-/// the same work. (With an odd count the middle tile pairs with itself and is taken once.)
-/// A block for each tile: each head's heaviest first.
+/// A Q tile's work is the length of its list, which the mask makes uneven (under the causal
+/// mask it grows with the tile's index; with documents it follows their lengths).
+/// With one block a multiprocessor (`schedule` given), block b takes the tiles the plan's
+/// schedule lists for it, numbers schedule[b] .. schedule[b + 1] − 1, in order: dealt on the
+/// host, head by head, each to the block its model of the work says is free first, and the
+/// last ones heaviest first, so that the blocks finish together (Plan::schedule). Without
+/// it, a block for each tile, each head's heaviest first (`rank`).
 struct TileOrder {
-  int q_tiles;      ///< Q tiles of one head
-  int heads;        ///< B·H
-  int h;            ///< H, heads a batch: head bh is head bh % h of batch bh / h
-  bool persistent;  ///< one block a multiprocessor, taking every gridDim.x-th pair
-  const int* rank;  ///< [q_tiles]: the Q tiles, heaviest first (device memory)
-  /// Pairs of Q tiles a head has.
-  __host__ __device__ int pairs() const { return (q_tiles + 1) / 2; }
-  /// Tile numbers there are (pairs count two each).
-  __device__ int count() const { return persistent ? 2 * heads * pairs() : heads * q_tiles; }
-  /// The first number block b takes.
-  __device__ int first(int b) const { return persistent ? 2 * b : b; }
-  /// The number a block takes after t, with `blocks` blocks (count() or more: none).
-  __device__ int next(int t, int blocks) const {
-    if (!persistent) return count();
-    return t % 2 == 0 ? t + 1 : t - 1 + 2 * blocks;
-  }
-  /// The Q tile and head of number t; false for the second half of a middle tile's pair.
-  __device__ bool coords(int t, int& qt, int& bh) const {
-    if (!persistent) {
-      bh = t / q_tiles;
-      qt = rank[t % q_tiles];
-      return true;
-    }
-    const int p = t / 2 % pairs();
-    bh = t / 2 / pairs();
-    const int r = t % 2 == 0 ? p : q_tiles - 1 - p;
-    qt = rank[r];
-    return t % 2 == 0 || r != p;
+  int q_tiles;          ///< Q tiles of one head
+  int h;                ///< H, heads a batch: head bh is head bh % h of batch bh / h
+  const int* rank;      ///< [q_tiles]: the Q tiles, heaviest first (device memory)
+  const int* schedule;  ///< persistent: [gridDim.x + 1] offsets, then bh · q_tiles + Q tile; else null
+  /// The first number block b takes, and one past its last.
+  __device__ int first(int b) const { return schedule ? schedule[b] : b; }
+  __device__ int end(int b) const { return schedule ? schedule[b + 1] : b + 1; }  ///< \copydoc first
+  /// The Q tile and head of number t.
+  __device__ void coords(int t, int& qt, int& bh) const {
+    const int code = schedule ? schedule[gridDim.x + 1 + t] : t / q_tiles * q_tiles + rank[t % q_tiles];
+    bh = code / q_tiles;
+    qt = code % q_tiles;
   }
 };
 
@@ -152,10 +135,10 @@ struct Tables {
 };
 
 /**
- * The producer warpgroup and C consumers (see the file's comment). When `order.persistent`,
- * the grid has one block a multiprocessor, and block b takes tiles b, b + gridDim.x, b + 2·gridDim.x,
- * ... (pairs of tiles) of the TileOrder: the producer copies the next tile's Q and K/V while
- * the consumers still finish and write the last one. Without it, a block for each tile. Each
+ * The producer warpgroup and C consumers (see the file's comment). With `order.schedule`,
+ * the grid has one block a multiprocessor, and block b takes the tiles the schedule lists
+ * for it, one after another: the producer copies the next tile's Q and K/V while the
+ * consumers still finish and write the last one. Without it, a block for each tile. Each
  * Q tile visits the K/V tiles of its list in `tables`, and a partial one is masked score by
  * score. The tensor maps describe Q, K and V as [B][H][N][D], each with its own strides;
  * O is written through `o_strides`.
@@ -201,18 +184,18 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0) {
       int it = 0;  // K/V tiles copied so far: ring slot it % STAGES, round it / STAGES
-      int t = order.first(blockIdx.x);
-      for (int n = 0;; ++n) {
-        int qt = 0, bh = 0;
-        while (t < order.count() && !order.coords(t, qt, bh)) t = order.next(t, gridDim.x);
+      const int t_end = order.end(blockIdx.x);
+      for (int n = 0, t = order.first(blockIdx.x);; ++n, ++t) {
         // Tile n takes Q buffer n % QB, in its round n / QB.
         const int b = n % QB, q_round = n / QB;
         mbarrier_wait(&q_empty[b], (q_round & 1) ^ 1);  // the consumers are done with this buffer (round 0: free)
-        if (t >= order.count()) {                     // no more tiles: tell the consumers
+        if (t >= t_end) {                               // no more tiles: tell the consumers
           tile_info[4 * b] = -1;
           mbarrier_arrive(&q_full[b]);
           break;
         }
+        int qt = 0, bh = 0;
+        order.coords(t, qt, bh);
         const int* list = tables.list + tables.list_at[qt];
         const int n_tiles = tables.list_at[qt + 1] - tables.list_at[qt];
         tile_info[4 * b] = t;  // published by the arrive below
@@ -242,7 +225,6 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
             tma_load_4d(smem + L::v + s * L::KV_BYTES + c * Bc * 128, &tv, &v_full[s], c * BOX, j * Bc, bh % order.h,
                         bh / order.h);
         }
-        t = order.next(t, gridDim.x);
       }
     }
   } else {
@@ -509,19 +491,18 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   FA_CUDA_CHECK(cudaFuncSetAttribute(masked_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 
   const unsigned tiles = q_tile_grid(p, BR, "stage 12");
-  // Tile numbers (pairs round the count up by a tile a head) and the steps past them fit an int.
-  if (static_cast<int64_t>(tiles) + bh + 2 * 65536 > 2147483647) throw InputError("stage 12: too many query tiles");
+  // Tile numbers, and the schedule's offsets past them, fit an int.
+  if (static_cast<int64_t>(tiles) + 2 * 65536 > 2147483647) throw InputError("stage 12: too many query tiles");
   TileOrder order{};
   order.q_tiles = static_cast<int>(plan.q_tiles());
-  order.heads = static_cast<int>(bh);
   order.h = static_cast<int>(p.heads);
-  order.persistent = plan.persistent(p.dim);
   order.rank = plan.tables().rank;
   int device = 0, sms = 0;
   FA_CUDA_CHECK(cudaGetDevice(&device));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const unsigned units = order.persistent ? static_cast<unsigned>(bh * order.pairs()) : tiles;
-  const unsigned blocks = order.persistent ? std::min(units, static_cast<unsigned>(sms)) : tiles;
+  const bool persistent = plan.persistent(p.dim);
+  const unsigned blocks = persistent ? std::min(tiles, static_cast<unsigned>(sms)) : tiles;
+  order.schedule = persistent ? plan.schedule(bh, static_cast<int>(blocks)) : nullptr;
   const Plan::DeviceTables& pt = plan.tables();
   masked_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem, fa::stream()>>>(
       tq, tk, tv, static_cast<T*>(O), layout.o, lse, static_cast<int>(p.seq_q), static_cast<float>(p.scale) * LOG2E,

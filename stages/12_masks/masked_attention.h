@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,24 @@ constexpr int64_t kMaxPlanBlocks = int64_t{1} << 28;
  */
 BlockClasses classify(const AttentionProblem& p, const Mask& mask);
 
+/// Which Q tiles each block of a persistent grid takes, in the order it takes them.
+struct Schedule {
+  std::vector<int> at;     ///< [blocks + 1]: block b takes tiles[at[b] .. at[b + 1])
+  std::vector<int> tiles;  ///< each Q tile of each head once: bh · q_tiles + Q tile
+};
+
+/**
+ * Hands `heads` heads' Q tiles to `blocks` blocks, one a multiprocessor, so that they finish
+ * together. `work[qt]` is Q tile qt's modelled time (any unit): the blocks of its list, with
+ * its fixed work and its partial blocks' tests. The tiles are dealt in turn, each to the
+ * block that the model says is free first (ties to the lowest block): head by head, so that
+ * the blocks running at one time share a few heads' K and V in L2, a head's heaviest tiles
+ * first, and the last 2 · blocks tiles of all, heaviest first, so that the grid ends on
+ * light tiles. With equal work it is round robin: block b takes tiles b, b + blocks, ...
+ * \throws InputError if blocks < 1 or heads < 1.
+ */
+Schedule schedule_tiles(const std::vector<int64_t>& work, int64_t heads, int blocks);
+
 /**
  * Everything the kernel needs to know of a mask, made once on the host and kept on the
  * device: each query row's range of keys, and each Q tile's list of blocks that are not
@@ -69,6 +88,9 @@ class Plan {
  public:
   /// The plan of `mask` for p's lengths and causal flag. \throws InputError as classify().
   Plan(const AttentionProblem& p, const Mask& mask);
+  ~Plan();
+  Plan(Plan&&) noexcept;             ///< takes over the tables and schedules
+  Plan& operator=(Plan&&) noexcept;  ///< \copydoc Plan(Plan&&)
 
   /// The tables in device memory.
   struct DeviceTables {
@@ -87,12 +109,25 @@ class Plan {
   bool persistent(int64_t d) const;
   /// \throws InputError if p's lengths or causal flag are not the plan's.
   void require_fits(const AttentionProblem& p) const;
+  /// Each Q tile's modelled time, in tenths of a full block: its blocks, 0.3 more for each
+  /// partial one, and 1.6 for the tile's own work (the wait for Q, the first S and the last
+  /// P·V with nothing to overlap them, the write of O), as LOG.md's model fitted them at d = 64.
+  const std::vector<int64_t>& work() const { return work_; }
+  /**
+   * schedule_tiles(work(), heads, blocks) on the device: [blocks + 1] offsets, then the tiles.
+   * Made on first use for each (heads, blocks) and kept with the plan; safe to call from
+   * several threads.
+   */
+  const int* schedule(int64_t heads, int blocks) const;
 
  private:
   BlockClasses classes_;
   int64_t seq_q_ = 0, seq_kv_ = 0, visited_ = 0, longest_ = 0;
   bool causal_ = false;
   DeviceBuffer<int> keys_, list_at_, list_, rank_;
+  std::vector<int64_t> work_;
+  struct Schedules;  // the schedules made so far, and a mutex (plan.cpp)
+  std::unique_ptr<Schedules> schedules_;  // a pointer: the mutex would pin a Plan in place
 };
 
 /// Whether this build has stage 12's kernels (nvcc with sm_90a) and this process's GPU can

@@ -1,8 +1,13 @@
 // Stage 12's plan: a mask's blocks classified on the host, and the tables the kernel reads
 // (masked_attention.h says what each holds).
 #include <algorithm>
+#include <cstddef>
+#include <mutex>
 #include <numeric>
+#include <queue>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -83,6 +88,52 @@ BlockClasses classify_ranges(const AttentionProblem& p, const Mask& mask, const 
 
 }  // namespace
 
+Schedule schedule_tiles(const std::vector<int64_t>& work, int64_t heads, int blocks) {
+  if (blocks < 1 || heads < 1) {
+    throw InputError("stage 12: a schedule needs blocks and heads (" + std::to_string(blocks) + " blocks, " +
+                     std::to_string(heads) + " heads)");
+  }
+  const int64_t q_tiles = static_cast<int64_t>(work.size());
+  if (q_tiles > 0 && heads > 2147483647 / q_tiles) throw InputError("stage 12: too many query tiles to schedule");
+  // The order tiles are dealt in: head by head, each head's heaviest first (among equals,
+  // the later tile first, as rank has them); then the last 2 · blocks of all, heaviest first.
+  std::vector<int> rank(static_cast<size_t>(q_tiles));
+  std::iota(rank.begin(), rank.end(), 0);
+  std::stable_sort(rank.begin(), rank.end(), [&](int a, int b) {
+    return work[static_cast<size_t>(a)] != work[static_cast<size_t>(b)]
+               ? work[static_cast<size_t>(a)] > work[static_cast<size_t>(b)]
+               : a > b;
+  });
+  std::vector<int> order;
+  order.reserve(static_cast<size_t>(heads * q_tiles));
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    for (int qt : rank) order.push_back(static_cast<int>(bh * q_tiles + qt));
+  }
+  const auto heavier = [&](int a, int b) { return work[static_cast<size_t>(a % q_tiles)] > work[static_cast<size_t>(b % q_tiles)]; };
+  const size_t tail = std::min(order.size(), 2 * static_cast<size_t>(blocks));
+  std::stable_sort(order.end() - static_cast<std::ptrdiff_t>(tail), order.end(), heavier);
+
+  // Deal: each tile to the block free first (the lowest of equals), as a heap of (time, block).
+  std::priority_queue<std::pair<int64_t, int>, std::vector<std::pair<int64_t, int>>, std::greater<>> free_at;
+  for (int b = 0; b < blocks; ++b) free_at.emplace(0, b);
+  std::vector<int> block_of(order.size());
+  std::vector<int> count(static_cast<size_t>(blocks), 0);
+  for (size_t u = 0; u < order.size(); ++u) {
+    auto [at, b] = free_at.top();
+    free_at.pop();
+    block_of[u] = b;
+    ++count[static_cast<size_t>(b)];
+    free_at.emplace(at + work[static_cast<size_t>(order[u] % q_tiles)], b);
+  }
+  Schedule s;
+  s.at.assign(static_cast<size_t>(blocks) + 1, 0);
+  for (int b = 0; b < blocks; ++b) s.at[static_cast<size_t>(b) + 1] = s.at[static_cast<size_t>(b)] + count[static_cast<size_t>(b)];
+  s.tiles.resize(order.size());
+  std::vector<int> next(s.at.begin(), s.at.end() - 1);  // each block's next place, in dealing order
+  for (size_t u = 0; u < order.size(); ++u) s.tiles[static_cast<size_t>(next[static_cast<size_t>(block_of[u])]++)] = order[u];
+  return s;
+}
+
 BlockClasses classify(const AttentionProblem& p, const Mask& mask) {
   return classify_ranges(p, mask, checked_ranges(p, mask));
 }
@@ -115,6 +166,15 @@ Plan::Plan(const AttentionProblem& p, const Mask& mask) {
     const int wa = list_at[a + 1] - list_at[a], wb = list_at[b + 1] - list_at[b];
     return wa != wb ? wa > wb : a > b;
   });
+  work_.resize(static_cast<size_t>(classes_.q_tiles));
+  for (int64_t qt = 0; qt < classes_.q_tiles; ++qt) {
+    int64_t w = 16;  // the tile's own work: 1.6 blocks
+    for (int u = list_at[static_cast<size_t>(qt)]; u < list_at[static_cast<size_t>(qt) + 1]; ++u) {
+      w += list[static_cast<size_t>(u)] % 2 ? 13 : 10;  // a full block, or a partial one with its tests
+    }
+    work_[static_cast<size_t>(qt)] = w;
+  }
+  schedules_ = std::make_unique<Schedules>();
   keys_ = DeviceBuffer<int>(keys);
   list_at_ = DeviceBuffer<int>(list_at);
   list_ = DeviceBuffer<int>(list.empty() ? std::vector<int>{0} : list);
@@ -123,6 +183,29 @@ Plan::Plan(const AttentionProblem& p, const Mask& mask) {
 }
 
 Plan::DeviceTables Plan::tables() const { return {keys_.data(), list_at_.data(), list_.data(), rank_.data()}; }
+
+/// The schedules a plan has made, one for each (heads, blocks) it was asked for.
+struct Plan::Schedules {
+  std::mutex mutex;  ///< held while one is looked up or made
+  /// (heads, blocks, the schedule's offsets and tiles on the device): kept while the plan
+  /// lives, so that a pointer handed out stays valid.
+  std::vector<std::tuple<int64_t, int, DeviceBuffer<int>>> made;
+};
+
+Plan::~Plan() = default;
+Plan::Plan(Plan&&) noexcept = default;
+Plan& Plan::operator=(Plan&&) noexcept = default;
+
+const int* Plan::schedule(int64_t heads, int blocks) const {
+  const std::lock_guard<std::mutex> lock(schedules_->mutex);
+  for (const auto& [h, b, table] : schedules_->made) {
+    if (h == heads && b == blocks) return table.data();
+  }
+  Schedule s = schedule_tiles(work_, heads, blocks);
+  s.at.insert(s.at.end(), s.tiles.begin(), s.tiles.end());
+  schedules_->made.emplace_back(heads, blocks, DeviceBuffer<int>(s.at));
+  return std::get<2>(schedules_->made.back()).data();
+}
 
 bool Plan::persistent(int64_t d) const {
   // As stage 08: d = 64 always; d = 128 where a Q tile's run is short (at most 64 K/V tiles).
