@@ -6,7 +6,9 @@
 // On a GPU the tests need a Hopper (skipped, never passed, without one); on the CPU backend
 // they run through its emulation of TMA, mbarriers and wgmma, on fewer and shorter shapes.
 // Planted copies of the kernel (stages/13_backward_hopper/CMakeLists.txt) must fail.
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -221,6 +223,42 @@ TEST_CASE("stage 13: the deterministic mode's dQ has the same bits whatever the 
 // The layouts the Python module hands a backward stage (fa::test::check_strided_backward).
 TEST_CASE("stage 13: Q, K, V, O and dO read where their strides say", "[stage13]") {
   fa::test::check_strided_backward(1600, run_and_check, fa::hopper_backward::attention_backward_strided);
+}
+
+// The order blocks are dealt in: every (head, K/V tile) exactly once; head by head, then the
+// last tail_heads() heads K/V tile by K/V tile; the tail only under the causal mask, at least
+// two heads of it where there are two.
+TEST_CASE("stage 13: the grid deals every block once, the causal tail K/V tile by K/V tile", "[stage13]") {
+  for (const auto& [kv_tiles, heads, tail] : std::vector<std::tuple<int, int, int>>{
+           {1, 1, 0}, {1, 1, 1}, {3, 1, 1}, {1, 4, 2}, {5, 4, 0}, {5, 4, 2}, {5, 4, 4}, {32, 128, 9}}) {
+    INFO(kv_tiles << " K/V tiles, " << heads << " heads, " << tail << " in the tail");
+    std::vector<int> seen(static_cast<size_t>(kv_tiles * heads), 0);
+    for (int n = 0; n < kv_tiles * heads; ++n) {
+      const fa::hopper_backward::BlockCoords c = fa::hopper_backward::block_coords(n, kv_tiles, heads, tail);
+      REQUIRE(c.bh >= 0);
+      REQUIRE(c.bh < heads);
+      REQUIRE(c.kv_tile >= 0);
+      REQUIRE(c.kv_tile < kv_tiles);
+      ++seen[static_cast<size_t>(c.bh * kv_tiles + c.kv_tile)];
+      const int first_tail = (heads - tail) * kv_tiles;
+      if (n < first_tail) {
+        REQUIRE(c.bh == n / kv_tiles);  // head by head, K/V tile 0 first
+        REQUIRE(c.kv_tile == n % kv_tiles);
+      } else {
+        REQUIRE(c.kv_tile == (n - first_tail) / tail);  // tile 0 of each tail head, then tile 1, ...
+      }
+    }
+    REQUIRE(std::count(seen.begin(), seen.end(), 1) == static_cast<std::ptrdiff_t>(seen.size()));
+  }
+  const auto tail = [](int64_t bh, int64_t nkv, bool causal, int sms, int rounds) {
+    return fa::hopper_backward::tail_heads(problem(1, bh, 64, nkv, 64, causal, fa::DType::F16), sms, rounds);
+  };
+  REQUIRE(tail(128, 4096, false, 132, 2) == 0);  // every block the same work: head by head
+  REQUIRE(tail(128, 4096, true, 132, 0) == 0);
+  REQUIRE(tail(128, 4096, true, 132, 2) == 9);   // 264 blocks of 32 K/V tiles a head
+  REQUIRE(tail(16, 8192, true, 132, 8) == 16);   // no more than there are
+  REQUIRE(tail(4, 4096, true, 1, 2) == 2);       // at least two
+  REQUIRE(tail(1, 4096, true, 1, 2) == 1);
 }
 
 TEST_CASE("stage 13: bad input is refused with a message", "[stage13]") {

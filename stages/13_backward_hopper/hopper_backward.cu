@@ -74,6 +74,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -160,7 +161,8 @@ int64_t flag_count(const AttentionProblem& p) {
 /**
  * Kernel 2: one block per (K/V tile j, batch·head), flattened into blockIdx.x with the K/V
  * tiles of a head together (under the causal mask the first, which see the most Q tiles,
- * start first). The tensor maps describe Q, K, V and dO as [B][H][N][D], each with its own
+ * start first), except the last `tail_heads` heads, whose blocks go K/V tile by K/V tile
+ * (block_coords(): under the causal mask the grid then ends on light blocks). The tensor maps describe Q, K, V and dO as [B][H][N][D], each with its own
  * strides. lse2 and Dvec are kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
  *
  * Deterministic (S::deterministic): a block takes its (K/V tile, batch·head) from a ticket,
@@ -173,7 +175,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     backward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                     const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
                     const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int* flags, int heads,
-                    int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal) {
+                    int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal,
+                    int tail_heads) {
   using L = Smem<D, S>;
   constexpr int Br = L::BR;  // query rows of a Q tile
   static_assert(!(S::deterministic && L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::consumer),
@@ -199,8 +202,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   const int tile = S::deterministic ? *ticket : static_cast<int>(blockIdx.x);
   const int kv_tiles = (seq_kv + Bc - 1) / Bc;
-  const int bh = tile / kv_tiles;
-  const int j0 = tile % kv_tiles * Bc;
+  const BlockCoords block = block_coords(tile, kv_tiles, static_cast<int>(gridDim.x) / kv_tiles, tail_heads);
+  const int bh = block.bh;
+  const int j0 = block.kv_tile * Bc;
   // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
   // that holds query j0, the first that sees a key of this tile. Deterministic, it runs the
   // other way, from the last Q tile down: then every block reaches a Q tile after as many
@@ -583,10 +587,14 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
 
   const int smem = Smem<D, S>::bytes;
   FA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int device = 0, sms = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem, fa::stream()>>>(
       tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
       S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q),
-      static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal);
+      static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal,
+      tail_heads(p, sms, S::causal_tail_rounds));
   FA_CHECK_LAUNCH("backward_kernel");
 
   tc_backward::finish_dq(p, ws, t.dq, S::dq_swizzle);
@@ -616,6 +624,13 @@ void run_variant(const AttentionProblem& p, const BackwardTensors& t, void* work
 std::string unavailable_reason() {
   const std::string why = hopper::unavailable_reason();
   return why.empty() ? why : "stage 13 runs on stage 08's machinery: " + why;
+}
+
+int tail_heads(const AttentionProblem& p, int sms, int rounds) {
+  const int64_t heads = p.batch_heads(), kv_tiles = (p.seq_kv + Bc - 1) / Bc;
+  if (!p.causal || rounds <= 0) return 0;
+  const int64_t want = std::max<int64_t>(2, (static_cast<int64_t>(rounds) * sms + kv_tiles - 1) / kv_tiles);
+  return static_cast<int>(std::min(heads, want));
 }
 
 std::size_t shared_bytes(int64_t d) {

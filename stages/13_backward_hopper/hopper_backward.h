@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/host_device.h"
 #include "common/problem.h"
 #include "stages/11_backward_tensor_cores/tensor_core_backward.h"
 
@@ -23,6 +24,37 @@ constexpr int Bc = 128;  ///< key rows a block owns: 64 for each of its two cons
 /// The tensors of one backward pass: stage 11's (Q, K, V, O, dO in p.dtype, lse in fp32,
 /// dQ, dK and dV written contiguous).
 using Tensors = tc_backward::Tensors;
+
+/// The block of the main kernel's grid that block number n works on.
+struct BlockCoords {
+  int bh;       ///< batch·head
+  int kv_tile;  ///< its K/V tile: keys kv_tile·Bc .. kv_tile·Bc + Bc − 1
+};
+
+/**
+ * Which block number n (0 .. heads·kv_tiles − 1) of the main kernel is, with `kv_tiles` K/V
+ * tiles a head and `heads` heads (B·H). The GPU starts blocks in number order as
+ * multiprocessors free up, so this is the order the work is dealt in. Head by head, so that
+ * the blocks running at one time share a few heads' Q and dO in L2, and in a head the first
+ * K/V tile first: under the causal mask it sees the most Q tiles. The last `tail_heads`
+ * heads go K/V tile by K/V tile across those heads instead (tile 0 of each, then tile 1 of
+ * each, ...), so that under the causal mask the grid ends on light blocks, not on the last
+ * head's heaviest (LOG.md: "The causal grid's tail").
+ */
+FA_HOST_DEVICE BlockCoords block_coords(int n, int kv_tiles, int heads, int tail_heads) {
+  const int first_tail = (heads - tail_heads) * kv_tiles;  // the first block of the tail's heads
+  if (n < first_tail) return {n / kv_tiles, n % kv_tiles};
+  const int r = n - first_tail;
+  return {heads - tail_heads + r % tail_heads, r / tail_heads};
+}
+
+/**
+ * How many heads block_coords() deals K/V tile by K/V tile: none without the causal mask
+ * (every block has the same work); under it, enough heads to hold `rounds` blocks for each
+ * of `sms` multiprocessors, and at least two where there are two (so that the CPU backend's
+ * one multiprocessor runs that order too).
+ */
+int tail_heads(const AttentionProblem& p, int sms, int rounds);
 
 /// Whether this build has stage 13's kernels and this process's GPU can run them (a Hopper,
 /// compute capability 9.0; the CPU backend reports 9.0 and emulates them).
