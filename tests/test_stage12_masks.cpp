@@ -19,7 +19,9 @@
 #include "common/cuda_check.h"
 #include "common/device_buffer.h"
 #include "common/dtype.h"
+#include "common/errors.h"
 #include "common/problem.h"
+#include "common/stream.h"
 #include "stages/12_masks/masked_attention.h"
 #include "tests/catch.h"
 #include "tests/stage_check.h"
@@ -308,6 +310,53 @@ TEST_CASE("stage 12 deals each Q tile to one block, so that the blocks finish to
   REQUIRE(static_cast<double>(*std::max_element(load.begin(), load.end())) <= 1.01 * mean);
   REQUIRE_THROWS_WITH(fa::masks::schedule_tiles(causal, 128, 0), fa::test::HasSubstring("blocks"));
 }
+
+#if !FA_CPU_BACKEND
+// Stage 12 in a CUDA graph. A plan's first call for some heads makes the persistent grid's
+// schedule and copies it to the device, which no call may do while a stream captures: that
+// call is refused with a message (and the capture still ends cleanly). After one call outside
+// a capture the call is captured, and the graph's replay writes O and the lse, checked
+// against the reference (both poisoned again before the replay).
+TEST_CASE("stage 12 in a CUDA graph: a plan's first call for its heads comes before the capture", "[stage12][graph]") {
+  const fa::AttentionProblem p = fa::make_problem(2, 3, 1000, 1000, 64, 0.0, true, fa::DType::F16);
+  const fa::Mask mask = window(300, -1);
+  const fa::masks::Plan plan(p, mask);
+  const fa::test::StageFn graphed = [&](const fa::AttentionProblem& q, const fa::DeviceTensors& t) {
+    cudaStream_t stream = nullptr;
+    FA_CUDA_CHECK(cudaStreamCreate(&stream));
+    const fa::StreamScope on(stream);
+    const auto call = [&] { fa::masks::attention(q, t.q, t.k, t.v, t.o, t.lse, plan); };
+    cudaGraph_t graph = nullptr;
+    FA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    std::string refused;
+    try {
+      call();
+    } catch (const fa::InputError& e) {
+      refused = e.what();
+    }
+    FA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    FA_CUDA_CHECK(cudaGraphDestroy(graph));
+    REQUIRE_THAT(refused, fa::test::HasSubstring("before capturing"));
+
+    call();  // makes the schedule
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    FA_CUDA_CHECK(cudaMemset(t.o, fa::kPoisonByte, static_cast<size_t>(q.q_elems()) * fa::dtype_bytes(q.dtype)));
+    FA_CUDA_CHECK(cudaMemset(t.lse, fa::kPoisonByte, static_cast<size_t>(q.batch_heads() * q.seq_q) * sizeof(float)));
+    FA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    call();
+    FA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    FA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    FA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    FA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    FA_CUDA_CHECK(cudaGraphDestroy(graph));
+    FA_CUDA_CHECK(cudaStreamDestroy(stream));
+  };
+  const fa::AttentionInputs in = fa::random_inputs(p, 2100);
+  fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, graphed, true, &mask));
+}
+#endif
 
 TEST_CASE("stage 12 refuses what it cannot run with a clear message", "[stage12]") {
   const fa::DeviceTensors none{nullptr, nullptr, nullptr, nullptr};

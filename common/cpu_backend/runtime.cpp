@@ -191,6 +191,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  if (!status) return fail(cudaErrorInvalidValue);
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int version,
                                              unsigned long long, cudaDriverEntryPointQueryResult* status) {

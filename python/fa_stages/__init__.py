@@ -582,7 +582,9 @@ def masked_attention(q, k, v, plan, scale=None):
     """O and the log-sum-exp of each row under `plan`'s mask (a MaskPlan), by stage 12: the
     forward pass only, float16 or bfloat16, d = 64 or 128, on a Hopper GPU or the CPU
     backend. A row that sees no key gets O = 0 and log-sum-exp -inf. It has no backward
-    pass: inputs that require grad are refused."""
+    pass: inputs that require grad are refused. The plan's first call for a number of
+    batch x heads makes its schedule on the device: in a CUDA graph, make that call before
+    the capture (a first call under capture is refused)."""
     if not isinstance(plan, MaskPlan):
         raise TypeError("fa_stages: plan must be a MaskPlan, not %s" % type(plan).__name__)
     _check(q, k, v, plan.causal, scale, "08", who="masked_attention (stage 12)")

@@ -502,7 +502,18 @@ void launch(const AttentionProblem& p, const void* Q, const void* K, const void*
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const bool persistent = plan.persistent(p.dim);
   const unsigned blocks = persistent ? std::min(tiles, static_cast<unsigned>(sms)) : tiles;
-  order.schedule = persistent ? plan.schedule(bh, static_cast<int>(blocks)) : nullptr;
+  if (persistent) {
+    // A schedule is made (and copied to the device) on a plan's first call for these heads;
+    // while the stream captures a CUDA graph no copy may run, so that call must come first.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    FA_CUDA_CHECK(cudaStreamIsCapturing(fa::stream(), &capture));
+    order.schedule = plan.schedule(bh, static_cast<int>(blocks), capture == cudaStreamCaptureStatusNone);
+    if (!order.schedule) {
+      throw InputError("stage 12: a plan's first call for " + std::to_string(bh) +
+                       " heads (B·H) makes its schedule on the device, which cannot happen while a CUDA graph "
+                       "is captured: call it once with these heads before capturing");
+    }
+  }
   const Plan::DeviceTables& pt = plan.tables();
   masked_kernel<T, D, S><<<blocks, Shape<D, S>::THREADS, smem, fa::stream()>>>(
       tq, tk, tv, static_cast<T*>(O), layout.o, lse, static_cast<int>(p.seq_q), static_cast<float>(p.scale) * LOG2E,

@@ -116,9 +116,10 @@ class Plan {
   /**
    * schedule_tiles(work(), heads, blocks) on the device: [blocks + 1] offsets, then the tiles.
    * Made on first use for each (heads, blocks) and kept with the plan; safe to call from
-   * several threads.
+   * several threads. With `may_make` false, only one made before: null if there is none
+   * (while a CUDA graph is captured nothing may be copied to the device).
    */
-  const int* schedule(int64_t heads, int blocks) const;
+  const int* schedule(int64_t heads, int blocks, bool may_make = true) const;
 
  private:
   BlockClasses classes_;
@@ -141,8 +142,10 @@ std::string unavailable_reason();
  * gets O = 0 and lse −inf. \param p the problem; \param Q, K, V the inputs; \param O the
  * output; \param lse if not null, each query row's log-sum-exp (B·H·Nq floats); \param plan
  * the mask's plan for p's lengths and causal flag.
- * \throws InputError for fp32, another head dim, a plan for other lengths; NoGpuError on a
- * GPU that is not a Hopper.
+ * \throws InputError for fp32, another head dim, a plan for other lengths, or a plan's first
+ * call for p's B·H made while the stream captures a CUDA graph (the call makes the plan's
+ * schedule for those heads, a copy to the device: call once before capturing); NoGpuError on
+ * a GPU that is not a Hopper.
  */
 void attention(const AttentionProblem& p, const void* Q, const void* K, const void* V, void* O, float* lse,
                const Plan& plan);

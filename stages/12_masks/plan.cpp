@@ -196,11 +196,12 @@ Plan::~Plan() = default;
 Plan::Plan(Plan&&) noexcept = default;
 Plan& Plan::operator=(Plan&&) noexcept = default;
 
-const int* Plan::schedule(int64_t heads, int blocks) const {
+const int* Plan::schedule(int64_t heads, int blocks, bool may_make) const {
   const std::lock_guard<std::mutex> lock(schedules_->mutex);
   for (const auto& [h, b, table] : schedules_->made) {
     if (h == heads && b == blocks) return table.data();
   }
+  if (!may_make) return nullptr;
   Schedule s = schedule_tiles(work_, heads, blocks);
   s.at.insert(s.at.end(), s.tiles.begin(), s.tiles.end());
   schedules_->made.emplace_back(heads, blocks, DeviceBuffer<int>(s.at));

@@ -96,6 +96,13 @@ cudaError_t cudaDeviceSynchronize();         ///< nothing to wait for
 cudaError_t cudaStreamCreate(cudaStream_t* stream);  ///< a dummy stream
 cudaError_t cudaStreamDestroy(cudaStream_t stream);  ///< no-op
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);  ///< no-op
+/// Whether a stream is capturing a CUDA graph (as in CUDA; the CPU backend has no graphs).
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,         ///< not capturing: always, here
+  cudaStreamCaptureStatusActive = 1,       ///< capturing
+  cudaStreamCaptureStatusInvalidated = 2,  ///< capturing, but an error has spoiled the capture
+};
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);  ///< always None
 
 cudaError_t cudaGetLastError();    ///< returns and clears the last error
 cudaError_t cudaPeekAtLastError(); ///< returns the last error
