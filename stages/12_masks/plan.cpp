@@ -109,7 +109,8 @@ Schedule schedule_tiles(const std::vector<int64_t>& work, int64_t heads, int blo
   for (int64_t bh = 0; bh < heads; ++bh) {
     for (int qt : rank) order.push_back(static_cast<int>(bh * q_tiles + qt));
   }
-  const auto heavier = [&](int a, int b) { return work[static_cast<size_t>(a % q_tiles)] > work[static_cast<size_t>(b % q_tiles)]; };
+  const auto work_of = [&](int tile) { return work[static_cast<size_t>(tile % q_tiles)]; };
+  const auto heavier = [&](int a, int b) { return work_of(a) > work_of(b); };
   const size_t tail = std::min(order.size(), 2 * static_cast<size_t>(blocks));
   std::stable_sort(order.end() - static_cast<std::ptrdiff_t>(tail), order.end(), heavier);
 
@@ -123,14 +124,16 @@ Schedule schedule_tiles(const std::vector<int64_t>& work, int64_t heads, int blo
     free_at.pop();
     block_of[u] = b;
     ++count[static_cast<size_t>(b)];
-    free_at.emplace(at + work[static_cast<size_t>(order[u] % q_tiles)], b);
+    free_at.emplace(at + work_of(order[u]), b);
   }
   Schedule s;
   s.at.assign(static_cast<size_t>(blocks) + 1, 0);
-  for (int b = 0; b < blocks; ++b) s.at[static_cast<size_t>(b) + 1] = s.at[static_cast<size_t>(b)] + count[static_cast<size_t>(b)];
+  for (size_t b = 0; b < count.size(); ++b) s.at[b + 1] = s.at[b] + count[b];
   s.tiles.resize(order.size());
   std::vector<int> next(s.at.begin(), s.at.end() - 1);  // each block's next place, in dealing order
-  for (size_t u = 0; u < order.size(); ++u) s.tiles[static_cast<size_t>(next[static_cast<size_t>(block_of[u])]++)] = order[u];
+  for (size_t u = 0; u < order.size(); ++u) {
+    s.tiles[static_cast<size_t>(next[static_cast<size_t>(block_of[u])]++)] = order[u];
+  }
   return s;
 }
 

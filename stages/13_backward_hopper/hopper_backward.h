@@ -32,14 +32,14 @@ struct BlockCoords {
 };
 
 /**
- * Which block number n (0 .. heads·kv_tiles − 1) of the main kernel is, with `kv_tiles` K/V
- * tiles a head and `heads` heads (B·H). The GPU starts blocks in number order as
- * multiprocessors free up, so this is the order the work is dealt in. Head by head, so that
- * the blocks running at one time share a few heads' Q and dO in L2, and in a head the first
- * K/V tile first: under the causal mask it sees the most Q tiles. The last `tail_heads`
- * heads go K/V tile by K/V tile across those heads instead (tile 0 of each, then tile 1 of
- * each, ...), so that under the causal mask the grid ends on light blocks, not on the last
- * head's heaviest (LOG.md: "The causal grid's tail").
+ * The head and K/V tile of block number n (0 .. heads·kv_tiles − 1) of the main kernel, with
+ * `kv_tiles` K/V tiles a head and `heads` heads (B·H). The GPU starts blocks about in number
+ * order as multiprocessors free up (CUDA does not promise it), so this is the order the work
+ * is dealt in. Head by head, so that the blocks running at one time share a few heads' Q and
+ * dO in L2, and in a head the first K/V tile first: under the causal mask it sees the most Q
+ * tiles. The last `tail_heads` heads go K/V tile by K/V tile across those heads instead
+ * (tile 0 of each, then tile 1 of each, ...), so that under the causal mask the grid ends on
+ * light blocks, not on the last head's heaviest (LOG.md: "The causal grid's tail").
  */
 FA_HOST_DEVICE BlockCoords block_coords(int n, int kv_tiles, int heads, int tail_heads) {
   const int first_tail = (heads - tail_heads) * kv_tiles;  // the first block of the tail's heads

@@ -162,8 +162,9 @@ int64_t flag_count(const AttentionProblem& p) {
  * Kernel 2: one block per (K/V tile j, batch·head), flattened into blockIdx.x with the K/V
  * tiles of a head together (under the causal mask the first, which see the most Q tiles,
  * start first), except the last `tail_heads` heads, whose blocks go K/V tile by K/V tile
- * (block_coords(): under the causal mask the grid then ends on light blocks). The tensor maps describe Q, K, V and dO as [B][H][N][D], each with its own
- * strides. lse2 and Dvec are kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
+ * (block_coords(): under the causal mask the grid then ends on light blocks). The tensor
+ * maps describe Q, K, V and dO as [B][H][N][D], each with its own strides. lse2 and Dvec are
+ * kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
  *
  * Deterministic (S::deterministic): a block takes its (K/V tile, batch·head) from a ticket,
  * flags[0], in the order blocks start, and adds to Q tile i's dQ only when the tile's flag
