@@ -261,6 +261,61 @@ TEST_CASE("stage 13: the grid deals every block once, the causal tail K/V tile b
   REQUIRE(tail(1, 4096, true, 1, 2) == 1);
 }
 
+// The last round cut in two (tail_split(), piece()): every (block, Q tile) run exactly once,
+// a cut block's two parts in the same slot, big parts first; the cut where it should be.
+TEST_CASE("stage 13: the grid's last round is cut in two, every Q tile of a block run once", "[stage13]") {
+  namespace bw = fa::hopper_backward;
+  // (B·H, Nkv, q_tiles, multiprocessors): blocks = B·H·⌈Nkv/128⌉.
+  for (const auto& [bh, nkv, q_tiles, sms] : std::vector<std::tuple<int, int, int, int>>{
+           {16, 8192, 128, 132}, {128, 4096, 32, 132}, {2, 4096, 64, 132}, {2, 390, 3, 3}, {5, 300, 2, 4},
+           {3, 1000, 7, 5}, {16, 8448, 128, 132}, {128, 4096, 1, 132}}) {
+    const fa::AttentionProblem p = problem(1, bh, 64, nkv, 64, false, fa::DType::F16);
+    const int blocks = bh * ((nkv + 127) / 128);
+    INFO(blocks << " blocks of " << q_tiles << " Q tiles, " << sms << " multiprocessors");
+    const bw::TailSplit t = bw::tail_split(p, q_tiles, sms, true);
+    REQUIRE(t.whole + t.split == blocks);
+    if (t.split > 0) {
+      REQUIRE(t.whole % sms == 0);  // whole rounds, then the cut blocks
+      REQUIRE(t.split == blocks % sms);
+      REQUIRE(t.split <= bw::kMaxSplit);
+      REQUIRE(t.big >= 1);
+      REQUIRE(t.big < q_tiles);
+    }
+    std::vector<int> runs(static_cast<size_t>(blocks) * static_cast<size_t>(q_tiles), 0);
+    std::vector<int> parts(static_cast<size_t>(t.split), 0);
+    for (int g = 0; g < t.whole + 2 * t.split; ++g) {
+      const bw::Piece c = bw::piece(g, t, q_tiles);
+      REQUIRE(c.block >= 0);
+      REQUIRE(c.block < blocks);
+      REQUIRE(c.n_begin < c.n_end);
+      REQUIRE(c.n_end <= q_tiles);
+      REQUIRE((c.slot >= 0) == (g >= t.whole));
+      if (c.slot >= 0) {
+        REQUIRE(c.slot == c.block - t.whole);
+        REQUIRE((c.n_begin == 0) == (g < t.whole + t.split));  // the big parts first
+        ++parts[static_cast<size_t>(c.slot)];
+      }
+      for (int n = c.n_begin; n < c.n_end; ++n) ++runs[static_cast<size_t>(c.block) * q_tiles + n];
+    }
+    REQUIRE(std::count(runs.begin(), runs.end(), 1) == static_cast<std::ptrdiff_t>(runs.size()));
+    REQUIRE(std::count(parts.begin(), parts.end(), 2) == static_cast<std::ptrdiff_t>(parts.size()));
+  }
+  const auto split = [](int64_t bh, int64_t nkv, bool causal, int q_tiles, int sms, bool allowed = true) {
+    return fa::hopper_backward::tail_split(problem(1, bh, 64, nkv, 64, causal, fa::DType::F16), q_tiles, sms, allowed);
+  };
+  // d = 128's bar: 1,024 blocks, 100 in the last round; 32 idle multiprocessors take the small
+  // parts in 4 turns, so the big parts have 4/5 of the 128 Q tiles.
+  REQUIRE(split(16, 8192, false, 128, 132).split == 100);
+  REQUIRE(split(16, 8192, false, 128, 132).big == 102);
+  REQUIRE(split(2, 4096, false, 64, 132).big == 32);          // 64 blocks: halves
+  REQUIRE(split(16, 8192, true, 128, 132).split == 0);        // the causal mask: none
+  REQUIRE(split(16, 8192, false, 128, 132, false).split == 0);  // not allowed
+  REQUIRE(split(16, 8448, false, 128, 132).split == 0);       // 1,056 blocks: whole rounds
+  REQUIRE(split(128, 4096, false, 1, 132).split == 0);        // one Q tile: nothing to cut
+  REQUIRE(split(4, 4096, false, 32, 1).split == 0);           // the CPU backend's one multiprocessor
+  REQUIRE(split(1, 16384, false, 32, 132).split == 0);        // 128 blocks: 32 turns, little to win
+}
+
 TEST_CASE("stage 13: bad input is refused with a message", "[stage13]") {
   const fa::AttentionProblem p32 = problem(1, 1, 4, 4, 64, false, fa::DType::F32);
   REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward(p32, {}, nullptr),

@@ -677,12 +677,14 @@ void flag_wait(const int* flag, int value, const char* file, int line) {
                 return s.str();
               },
               file, line);
+  race::flag_acquired(flag);
 }
 
 void flag_release(int* flag, int value) {
   // Every addition of this emulation is done by the time its call returns (a bulk
   // reduction's at its wait), so a release store orders them all before the flag.
   __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+  race::flag_released(flag);
 }
 
 std::string hopper_thread_exits(int thread) {

@@ -16,6 +16,8 @@
 // first time a launch touches the buffer): the launch that last touched it, the block that
 // last wrote it (and whether atomically), and up to two blocks that read it since. Two
 // readers from different blocks are enough: any later writer differs from one of them.
+// Each access also keeps its block's release count at the time (see flag_released): a block
+// that has seen another's flag is ordered after what that block did before its release.
 #include "racecheck.h"
 
 #include <dlfcn.h>
@@ -85,6 +87,7 @@ struct GlobalCell {
   std::uint32_t writer = 0, reader = 0, reader2 = 0;  // blocks (linear + 1; 0 = none)
   std::uint16_t wthread = 0, rthread = 0, r2thread = 0;
   std::uint16_t wpc = kNone16, rpc = kNone16, r2pc = kNone16;  // code addresses (interned)
+  std::uint16_t wepoch = 0, repoch = 0, r2epoch = 0;  // the accessing block's releases before it
   bool watomic = false;
 };
 
@@ -146,6 +149,12 @@ struct State {
   std::vector<const void*> pointers;  // the launch's pointer arguments
   std::vector<const void*> pcs;       // interned code addresses
   std::unordered_map<const void*, std::uint16_t> pc_index;
+  // Flags between blocks (flag_released, flag_acquired), this launch: each block's releases
+  // so far; each flag's last release (block, its release count after it); and for a pair
+  // (block, other) how many of other's releases the block has seen, as a key of the two.
+  std::unordered_map<std::uint32_t, std::uint16_t> releases;
+  std::unordered_map<const void*, std::pair<std::uint32_t, std::uint16_t>> flags;
+  std::unordered_map<std::uint64_t, std::uint16_t> seen;
   bool found = false;
   Race first;
   long more = 0;
@@ -287,10 +296,25 @@ void report_global(State& s, const char* kind, bool write, bool atomic, const vo
   s.first = r;
 }
 
+// The running block's releases so far.
+std::uint16_t epoch(const State& s) {
+  const auto it = s.releases.find(s.block);
+  return it == s.releases.end() ? 0 : it->second;
+}
+
+// Is block `other`'s access, made after `other_epoch` of its releases, ordered before the
+// running block's accesses from now on? Only if the running block has seen a later release.
+bool after_release(const State& s, std::uint32_t other, std::uint16_t other_epoch) {
+  if (s.seen.empty()) return false;
+  const auto it = s.seen.find(static_cast<std::uint64_t>(s.block) << 32 | other);
+  return it != s.seen.end() && other_epoch < it->second;
+}
+
 // `kind`: 0 a plain read, 1 a plain write, 2 an atomic read-modify-write.
 void on_global(State& s, Buffer& b, std::uintptr_t a, std::size_t bytes, int kind, const void* pc) {
   if (b.cells.empty()) b.cells.resize((b.hi - b.lo + kGranule - 1) / kGranule);
   const std::uint32_t me = s.block;
+  const std::uint16_t now = epoch(s);
   const bool write = kind != 0, atomic = kind == 2;
   const std::uint16_t pci = intern(s, pc);
   const auto thread = static_cast<std::uint16_t>(g_current);
@@ -301,26 +325,26 @@ void on_global(State& s, Buffer& b, std::uintptr_t a, std::size_t bytes, int kin
     const std::uintptr_t at = b.lo + i * kGranule;
     if (c.launch != s.launch) c = GlobalCell{}, c.launch = s.launch;
     // Another block's write races with anything but an atomic against an atomic.
-    if (c.writer && c.writer != me && !(atomic && c.watomic)) {
+    if (c.writer && c.writer != me && !(atomic && c.watomic) && !after_release(s, c.writer, c.wepoch)) {
       report_global(s, write ? "write after write" : "read after write", write, atomic, pc, c.writer, c.wthread,
                     true, c.watomic, pc_of(s, c.wpc), b, at);
     }
     if (!write) {
       if (!c.reader || c.reader == me) {
-        c.reader = me, c.rthread = thread, c.rpc = pci;
-      } else if (!c.reader2) {
-        c.reader2 = me, c.r2thread = thread, c.r2pc = pci;
+        c.reader = me, c.rthread = thread, c.rpc = pci, c.repoch = now;
+      } else if (!c.reader2 || c.reader2 == me) {
+        c.reader2 = me, c.r2thread = thread, c.r2pc = pci, c.r2epoch = now;
       }
       continue;
     }
     // A write (plain or atomic) races with another block's plain read.
-    if (c.reader && c.reader != me) {
+    if (c.reader && c.reader != me && !after_release(s, c.reader, c.repoch)) {
       report_global(s, "write after read", true, atomic, pc, c.reader, c.rthread, false, false, pc_of(s, c.rpc), b, at);
-    } else if (c.reader2 && c.reader2 != me) {
+    } else if (c.reader2 && c.reader2 != me && !after_release(s, c.reader2, c.r2epoch)) {
       report_global(s, "write after read", true, atomic, pc, c.reader2, c.r2thread, false, false, pc_of(s, c.r2pc), b,
                     at);
     }
-    c.writer = me, c.wthread = thread, c.wpc = pci, c.watomic = atomic;
+    c.writer = me, c.wthread = thread, c.wpc = pci, c.watomic = atomic, c.wepoch = now;
     c.reader = c.reader2 = 0;
   }
 }
@@ -408,6 +432,9 @@ void launch_begins(bool enabled, bool shared, bool interleaved, int threads, con
     for (Buffer& b : s.buffers.items) std::fill(b.cells.begin(), b.cells.end(), GlobalCell{});
     s.launch = 1;
   }
+  s.releases.clear();
+  s.flags.clear();
+  s.seen.clear();
   s.pointers.assign(pointers, pointers + count);
   s.warp_time.assign(static_cast<std::size_t>((threads + 31) / 32), 0);
   s.know.assign(static_cast<std::size_t>(threads) * 32, 0);
@@ -424,6 +451,23 @@ void launch_ends() {
   s.interleave = false;
   s.dynamic.lo = s.dynamic.hi = 0;
   g_current = -1;
+}
+
+void flag_released(const void* flag) {
+  State& s = state();
+  if (!s.enabled || g_current < 0) return;
+  std::uint16_t& n = s.releases[s.block];
+  if (n < 0xFFFF) ++n;  // (saturated: later accesses look unordered, never ordered by mistake)
+  s.flags[flag] = {s.block, n};
+}
+
+void flag_acquired(const void* flag) {
+  State& s = state();
+  if (!s.enabled || g_current < 0) return;
+  const auto it = s.flags.find(flag);
+  if (it == s.flags.end() || it->second.first == s.block) return;
+  std::uint16_t& seen = s.seen[static_cast<std::uint64_t>(s.block) << 32 | it->second.first];
+  seen = std::max(seen, it->second.second);
 }
 
 void block_resumes() {

@@ -14,9 +14,15 @@
 // all (only the kernel's end orders them), so two blocks that touch the same bytes of a
 // cudaMalloc'd buffer, at least one of them with a plain write, race. Atomic
 // read-modify-writes do not race with each other, but do with another block's plain
-// loads and stores of the same bytes. (Orderings built from __threadfence() and a flag
-// polled by another block are not modelled; no stage uses one.) Accesses within one
-// block are left to the shared-memory rules' intent and not checked in global memory.
+// loads and stores of the same bytes. A flag stored with release semantics by one block
+// (flag_released) and read with acquire semantics by another (flag_acquired) orders the
+// first block's accesses before the release ahead of the second's after the acquire. That is
+// modelled block by block, more loosely than CUDA's rule (which orders only what the storing
+// thread wrote, or its block wrote before a barrier it passed, and what the loading thread,
+// or its block after a barrier, reads next): in the emulation's schedule a thread of the
+// first block that writes after the flag's store, or one of the second block that reads
+// before the flag's load, is still reported. Accesses within one block are left to the
+// shared-memory rules' intent and not checked in global memory.
 //
 // The accesses come from the compiler: kernel files are built with GCC's or Clang's
 // ThreadSanitizer instrumentation (-fsanitize=thread at compile time only), which calls
@@ -48,6 +54,11 @@ void launch_ends();
 /// previous block's accesses to the same shared memory, because that block has finished;
 /// its global accesses race with those of every other block of the launch.
 void block_begins();
+/// The running thread stored a flag with release semantics (fa_cpu::flag_release).
+void flag_released(const void* flag);
+/// The running thread read, with acquire semantics, the value another block's release
+/// stored at `flag` (fa_cpu::flag_wait, once it returns).
+void flag_acquired(const void* flag);
 /// Another block in flight runs from now on (fa_cpu_blockIdx is set).
 void block_resumes();
 /// `thread` (linear id) runs from now on; -1 while the scheduler runs.
@@ -68,7 +79,7 @@ void access(const void* address, std::size_t bytes, bool write, const void* pc);
 void atomic_access(const void* address, std::size_t bytes, const void* pc);
 
 /// A buffer of global memory (cudaMalloc): its accesses are checked for races between
-/// blocks. Buffers over kMaxTrackedBytes are not (the shadow would be 16 times as big).
+/// blocks. Buffers over kMaxTrackedBytes are not (the shadow would be 18 times as big).
 void add_buffer(const void* address, std::size_t bytes);
 /// The buffer is freed.
 void remove_buffer(const void* address);

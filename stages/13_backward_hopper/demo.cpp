@@ -42,7 +42,9 @@ fa::BackwardStageDemo describe() {
   };
   s.variants = bw::variants();
   s.workspace_bytes = bw::workspace_bytes;
-  s.workspace_what = "D and lse, two floats a query row, and dQ's fp32 accumulator";
+  s.workspace_what =
+      "D and lse, two floats a query row, dQ's fp32 accumulator, and without the mask the sums of the last round's cut "
+      "blocks (up to 131 of 128 keys x d floats x 2)";
   s.hbm_bytes = bw::hbm_bytes_model;
   s.flops = fa::tc_backward::flops;
   s.tiles = [](const fa::AttentionProblem& p) {

@@ -49,6 +49,51 @@ FA_HOST_DEVICE BlockCoords block_coords(int n, int kv_tiles, int heads, int tail
 }
 
 /**
+ * How the main kernel's grid ends without the causal mask. Every block of block_coords() then
+ * has the same work, and a multiprocessor runs one at a time: they go in rounds, and a last
+ * round of R blocks leaves the other multiprocessors idle (at d = 128 the bar's 1,024 blocks
+ * are 7.76 rounds of 132 and took as long as 8, LOG.md: "The grid's last round"). So the R
+ * blocks of the last round are each cut in two along their Q tiles: R grid blocks take their
+ * first `big` Q tiles, then R more take the rest, and the two parts of a block meet in the
+ * workspace to sum its dK and dV. The big parts start first, on R multiprocessors; the small
+ * ones fill the others, several in turn: `big` is chosen so that both end together.
+ */
+struct TailSplit {
+  int whole;  ///< grid blocks 0 .. whole − 1 run blocks 0 .. whole − 1 of block_coords() whole
+  int split;  ///< R: the blocks after them, each run as two grid blocks (0: none cut)
+  int big;    ///< the Q tiles of a cut block's first part; its second part has the rest
+};
+
+/**
+ * The split for `sms` multiprocessors, with `q_tiles` Q tiles a block: none (every block
+ * whole) when `allowed` is false, under the causal mask, when the blocks fill whole rounds,
+ * when a block has fewer than two Q tiles, or when cutting would save less than a tenth of a
+ * block's time. Otherwise R = blocks mod sms; the sms − R idle multiprocessors take the R small
+ * parts in r = ⌈R / (sms − R)⌉ turns, so a big part of r/(r + 1) of the Q tiles ends with them.
+ */
+TailSplit tail_split(const AttentionProblem& p, int q_tiles, int sms, bool allowed);
+
+/// The most blocks a TailSplit cuts (fewer than the multiprocessors of any Hopper, 132):
+/// workspace_bytes() holds their meeting places.
+constexpr int kMaxSplit = 131;
+
+/// The grid block's work under a TailSplit: a block of block_coords(), its Q tiles
+/// n_begin .. n_end − 1 (whole: all), and, for a cut block, its slot in the workspace.
+struct Piece {
+  int block;    ///< the block of block_coords()
+  int n_begin;  ///< its first Q tile (of the block's loop)
+  int n_end;    ///< one past its last (whole blocks: q_tiles)
+  int slot;     ///< −1 for a whole block; 0 .. split − 1 where a cut block's two parts meet
+};
+
+/// The piece of grid block `g` under `t`, for blocks of `q_tiles` Q tiles.
+FA_HOST_DEVICE Piece piece(int g, TailSplit t, int q_tiles) {
+  if (g < t.whole) return {g, 0, q_tiles, -1};
+  const int j = g - t.whole;
+  return j < t.split ? Piece{t.whole + j, 0, t.big, j} : Piece{t.whole + j - t.split, t.big, q_tiles, j - t.split};
+}
+
+/**
  * How many heads block_coords() deals K/V tile by K/V tile: none without the causal mask
  * (every block has the same work); under it, enough heads to hold `rounds` blocks for each
  * of `sms` multiprocessors, and at least two where there are two (so that the CPU backend's
@@ -69,7 +114,9 @@ int q_tile_rows(int64_t d);
 
 /// Device bytes the backward pass needs beyond its inputs and gradients: each query row's
 /// D and log-sum-exp (padded to whole Q tiles) and dQ's fp32 accumulator (stage 11's), then
-/// the deterministic mode's flags (two ints a Q tile).
+/// the deterministic mode's flags (two ints a Q tile), then where the two parts of each block
+/// cut by a TailSplit meet (two ints and 256·d floats a block, for up to kMaxSplit blocks;
+/// none under the causal mask).
 /// \throws InputError for a head dimension other than 64 and 128.
 std::size_t workspace_bytes(const AttentionProblem& p);
 

@@ -19,6 +19,8 @@
  *     stage13_backward_hopper --variant dk_split       # half of dK before the barrier, half after dQ
  *     stage13_backward_hopper --variant dq_plain       # dQ's tile stored without the swizzle
  *     stage13_backward_hopper --variant head_order     # causal: the blocks dealt head by head to the end
+ *     stage13_backward_hopper --variant whole_blocks   # no block cut in two at the grid's end
+ *     stage13_backward_hopper --variant tail3          # the last round cut as for 3 multiprocessors
  */
 #pragma once
 
@@ -84,6 +86,16 @@ struct Tuned {
   /// grid ends on light blocks (0: head by head to the end). 2: 2-3% less time at d = 64
   /// causal, 6-7% at d = 128; 4 and 8 were no better (LOG.md).
   static constexpr int causal_tail_rounds = 2;
+  /// Without the mask, the blocks of the grid's last round cut in two along their Q tiles
+  /// (tail_split()), so that they end with the other multiprocessors busy: at d = 128 the
+  /// bar's 1,024 blocks are 7.76 rounds and took as long as 8; cut, 0.3-4.5% less time there,
+  /// and 1.5x less with 64 blocks (LOG.md: "The grid's last round").
+  static constexpr bool split_tail_d128 = true;
+  /// The same at d = 64: 1.0-1.4% less time than whole blocks at the bar's shape (LOG.md).
+  static constexpr bool split_tail_d64 = true;
+  /// The multiprocessors tail_split() plans for: 0, the GPU's own (a test's variant sets 3, so
+  /// that the CPU backend, which has one, cuts blocks).
+  static constexpr int tail_multiprocessors = 0;
 };
 
 /// The variant `Atomics` (see its summary).
@@ -188,9 +200,26 @@ struct HeadOrder : Tuned {
   static constexpr const char* summary = "causal: the blocks dealt head by head to the end (the step before)";
   static constexpr int causal_tail_rounds = 0;  ///< the change
 };
+/// The variant `WholeBlocks` (see its summary).
+struct WholeBlocks : Tuned {
+  static constexpr const char* name = "whole_blocks";  ///< --variant whole_blocks
+  /// For --help.
+  static constexpr const char* summary = "no block cut in two: the grid's last round part-filled (the step before)";
+  static constexpr bool split_tail_d64 = false;   ///< the change
+  static constexpr bool split_tail_d128 = false;  ///< the change
+};
+/// The variant `Tail3` (see its summary): for the tests, not a step of LOG.md.
+struct Tail3 : Tuned {
+  static constexpr const char* name = "tail3";  ///< --variant tail3
+  /// For --help.
+  static constexpr const char* summary =
+      "the last round cut as on a GPU of 3 multiprocessors (for the tests: the CPU backend has one)";
+  static constexpr int tail_multiprocessors = 3;  ///< the change
+};
+
 /// Every variant, in LOG.md's order, the finished kernel first.
 using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp, Q64, DkFirst, DkLast, DkSplit,
-                            DqPlain, HeadOrder>;
+                            DqPlain, HeadOrder, WholeBlocks, Tail3>;
 
 /// The variants as the demo runs them (`--variant NAME`).
 std::vector<Variant<BackwardStageRun>> variants();

@@ -41,6 +41,8 @@
  *             which the consumers only tell (bar.arrive), and go on (tuning.h: what LOG.md
  *             measured); deterministic, the Q tiles taken from the last down
  *             d = 128: wait for dK; hand buffer i % 2 back
+ *         a block cut in two (the last round, no mask): the first part to finish leaves its
+ *             sums in the workspace, the second adds them to its own
  *         write dV_w and scale·dK_w, rounded to fp16/bf16
  *
  * Kernels 1 (D and lse·log2e into a padded workspace, dQacc zeroed) and 3 (dQ = scale·dQacc,
@@ -66,7 +68,9 @@
  * descriptor instead of ldmatrix.trans.
  * Cost: as stage 11 (workspace of 8 bytes a padded query row and dQ in fp32). HBM traffic: K, V
  * read and dK, dV written once; Q, dO, lse, D read and dQacc added to once per K/V tile of 128
- * keys. Parallelism: B·H·⌈Nkv/128⌉ blocks of 384 threads, one a multiprocessor.
+ * keys. Parallelism: B·H·⌈Nkv/128⌉ blocks of 384 threads, one a multiprocessor; without the
+ * mask the grid's last round of blocks is cut in two along the Q tiles, and the two parts of
+ * each such block sum its dK and dV in the workspace (tail_split(), LOG.md).
  *
  * Run: `stage13_backward_hopper --dim 128` (needs a Hopper GPU), or `stage13_backward_hopper_cpu`
  * (the CPU backend's emulation of these instructions, on any machine)
@@ -107,6 +111,7 @@ constexpr int QB = 2;               ///< buffers of Q_i and dO_i: the next tile 
 constexpr int BAR_DQ_FULL = 5;   ///< + b: dQ buffer b is written (the consumers arrive, the dQ warp waits)
 constexpr int BAR_DQ_EMPTY = 7;  ///< + b: its reduction has read buffer b (the dQ warp arrives, the consumers wait)
 constexpr int DQ_PARTIES = CONSUMERS * WG + 32;  ///< the consumers and the dQ warp
+constexpr int BAR_MEET = 9;      ///< the consumers, where a cut block's two parts meet
 static_assert(Bc == 64 * CONSUMERS, "each consumer owns 64 keys: one wgmma M");
 
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
@@ -144,7 +149,8 @@ struct Smem {
   static constexpr int dq = ds + 2 * DS_BYTES;      ///< two dQ tiles (bulk only)
   static constexpr int bars = dq + 2 * DQ_BYTES;    ///< kv_full, q_full[QB], q_empty[QB]
   static constexpr int ticket = bars + 8 * (1 + 2 * QB);  ///< the block's ticket (deterministic only)
-  static constexpr int bytes = ticket + (S::deterministic ? 16 : 0) + 1024;  ///< + slack to align the base
+  static constexpr int role = ticket + 16;  ///< a cut block's part: first to finish or second
+  static constexpr int bytes = role + 16 + 1024;  ///< + slack to align the base
 };
 
 namespace {
@@ -157,15 +163,37 @@ namespace {
 int64_t flag_count(const AttentionProblem& p) {
   return 1 + p.batch_heads() * ((p.seq_q + 63) / 64) * 2;  // enough for Q tiles of 64 rows or more
 }
+std::size_t flag_bytes(const AttentionProblem& p) {
+  return static_cast<std::size_t>(flag_count(p) * sizeof(int) + 15) / 16 * 16;
+}
+
+/// The blocks of block_coords(): one a (K/V tile, batch·head).
+int64_t block_count(const AttentionProblem& p) { return (p.seq_kv + Bc - 1) / Bc * p.batch_heads(); }
+
+/**
+ * Where the two parts of a block cut by a TailSplit meet, after the flags: for each of up to
+ * kMaxSplit blocks (none under the causal mask, which cuts none) two ints (the parts that have
+ * come, and the first's flag: its sums are written), then each block's fp32 sums, dV's and
+ * dK's of its 256 consumer threads, d floats each.
+ */
+int64_t meet_slots(const AttentionProblem& p) {
+  return p.causal ? 0 : std::min<int64_t>(kMaxSplit, block_count(p));
+}
+int64_t meet_ints(const AttentionProblem& p) { return (2 * meet_slots(p) + 3) / 4 * 4; }  // the sums 16-byte aligned
+std::size_t meet_bytes(const AttentionProblem& p) {
+  return static_cast<std::size_t>(meet_ints(p) * sizeof(int) + meet_slots(p) * WG * CONSUMERS * p.dim * sizeof(float));
+}
 }  // namespace
 
 /**
  * Kernel 2: one block per (K/V tile j, batch·head), flattened into blockIdx.x with the K/V
  * tiles of a head together (under the causal mask the first, which see the most Q tiles,
  * start first), except the last `tail_heads` heads, whose blocks go K/V tile by K/V tile
- * (block_coords(): under the causal mask the grid then ends on light blocks). The tensor
- * maps describe Q, K, V and dO as [B][H][N][D], each with its own strides. lse2 and Dvec are
- * kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
+ * (block_coords(): under the causal mask the grid then ends on light blocks). Without the
+ * mask the last round's blocks each take two grid blocks, the first part of their Q tiles
+ * and then the rest (`split`, piece()), which meet in `partials` and `meet` to sum dK and dV.
+ * The tensor maps describe Q, K, V and dO as [B][H][N][D], each with its own strides. lse2 and
+ * Dvec are kernel 1's, padded to whole Q tiles (Nq_pad rows a head).
  *
  * Deterministic (S::deterministic): a block takes its (K/V tile, batch·head) from a ticket,
  * flags[0], in the order blocks start, and adds to Q tile i's dQ only when the tile's flag
@@ -178,7 +206,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
                     const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int* flags, int heads,
                     int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal,
-                    int tail_heads) {
+                    int tail_heads, TailSplit split, float* partials, int* meet) {
   using L = Smem<D, S>;
   constexpr int Br = L::BR;  // query rows of a Q tile
   static_assert(!(S::deterministic && L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::consumer),
@@ -190,6 +218,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   uint64_t* q_empty = q_full + QB;   // [QB]
 
   int* ticket = reinterpret_cast<int*>(smem + L::ticket);  // deterministic only
+  int* role = reinterpret_cast<int*>(smem + L::role);
 
   if (threadIdx.x == 0) {
     mbarrier_init(kv_full, 1);
@@ -202,18 +231,26 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
   __syncthreads();
 
+  // This grid block's piece (piece()): a whole block of block_coords(), or the first or the
+  // second part of one of the last round's, cut along its Q tiles (`split`; deterministic,
+  // every block whole).
   const int tile = S::deterministic ? *ticket : static_cast<int>(blockIdx.x);
   const int kv_tiles = (seq_kv + Bc - 1) / Bc;
-  const BlockCoords block = block_coords(tile, kv_tiles, static_cast<int>(gridDim.x) / kv_tiles, tail_heads);
+  const int all_tiles = (seq_q + Br - 1) / Br;
+  const Piece pc = S::deterministic ? Piece{tile, 0, all_tiles, -1} : piece(tile, split, all_tiles);
+  const BlockCoords block = block_coords(pc.block, kv_tiles, (split.whole + split.split) / kv_tiles, tail_heads);
   const int bh = block.bh;
   const int j0 = block.kv_tile * Bc;
-  // Under the causal mask query i sees key j only if j <= i: the loop starts at the Q tile
-  // that holds query j0, the first that sees a key of this tile. Deterministic, it runs the
-  // other way, from the last Q tile down: then every block reaches a Q tile after as many
-  // tiles as the others, so each waits little for its turn (up, the first K/V tiles, which see
-  // the most Q tiles, would reach each tile last and hold up the rest).
-  const int i_start = causal ? j0 / Br * Br : 0;
-  const int q_tiles = seq_q > i_start ? (seq_q - i_start + Br - 1) / Br : 0;  // the loop's Q tiles
+  // Under the causal mask query i sees key j only if j <= i: the block's Q tiles start at the
+  // one that holds query j0, the first that sees a key of this tile; this piece's, pc.n_begin
+  // tiles later. Deterministic, the loop runs the other way, from the last Q tile down: then
+  // every block reaches a Q tile after as many tiles as the others, so each waits little for
+  // its turn (up, the first K/V tiles, which see the most Q tiles, would reach each tile last
+  // and hold up the rest).
+  const int i_block = causal ? j0 / Br * Br : 0;  // the block's first Q tile
+  const int block_tiles = seq_q > i_block ? (seq_q - i_block + Br - 1) / Br : 0;
+  const int i_start = i_block + pc.n_begin * Br;
+  const int q_tiles = (pc.n_end < block_tiles ? pc.n_end : block_tiles) - pc.n_begin;  // the loop's Q tiles
   const auto tile_row = [&](int n) { return i_start + (S::deterministic ? q_tiles - 1 - n : n) * Br; };
   // For the dQ warp and the consumers: the flag of part `half` of Q tile i0's dQ
   // (deterministic), this K/V tile's turn, and the head's rows of dQacc.
@@ -548,6 +585,40 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (threadIdx.x == WG) bulk_wait<0>();  // the reductions are done before the block ends
   }
 
+  // A block cut in two (pc.slot >= 0, the grid's last round): its two parts meet in the
+  // workspace. The first to get here leaves its sums there, in fp32, and is done; the second
+  // adds them to its own and writes the block's dK and dV. Which comes second changes no bit
+  // (a + b = b + a). The second waits only for a part that has already counted itself, so the
+  // wait ends.
+  if (!S::deterministic && pc.slot >= 0) {
+    const int ct = threadIdx.x - WG;  // this consumer thread, 0 .. 255
+    // The block's sums: for each group x of four (dV's D/8, then dK's), the 256 threads' float4s in turn.
+    float4* sums = reinterpret_cast<float4*>(partials) + static_cast<int64_t>(pc.slot) * (D / 4) * CONSUMERS * WG;
+    if (ct == 0) *role = atomicAdd(&meet[2 * pc.slot], 1);  // 0: the first part here
+    named_barrier_sync(BAR_MEET, CONSUMERS * WG);
+    if (*role == 0) {
+#pragma unroll
+      for (int x = 0; x < D / 4; ++x) {
+        const float* v = x < D / 8 ? dv + 4 * x : dk + 4 * (x - D / 8);
+        sums[x * CONSUMERS * WG + ct] = make_float4(v[0], v[1], v[2], v[3]);
+      }
+      named_barrier_sync(BAR_MEET, CONSUMERS * WG);            // every thread's sums are written ...
+      if (ct == 0) flag_release(&meet[2 * pc.slot + 1], 1);  // ... before the flag says so
+      return;                                                 // the other part writes the block
+    }
+    if (ct == 0) flag_wait(&meet[2 * pc.slot + 1], 1);
+    named_barrier_sync(BAR_MEET, CONSUMERS * WG);
+#pragma unroll
+    for (int x = 0; x < D / 4; ++x) {
+      float* v = x < D / 8 ? dv + 4 * x : dk + 4 * (x - D / 8);
+      const float4 o = __ldcg(&sums[x * CONSUMERS * WG + ct]);  // from L2: another multiprocessor wrote it
+      v[0] += o.x;
+      v[1] += o.y;
+      v[2] += o.z;
+      v[3] += o.w;
+    }
+  }
+
   // The only writes of dV_w and dK_w, rounded to T: rows past Nkv are not written.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -573,7 +644,7 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
     throw InputError("stage 13: sequences too long");
   }
   require_copyable(p, layout, "stage 13");
-  const int64_t kv_blocks = (p.seq_kv + Bc - 1) / Bc * p.batch_heads();
+  const int64_t kv_blocks = block_count(p);
   if (kv_blocks > 0x7fffffff) {
     throw InputError("stage 13: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
   }
@@ -584,7 +655,8 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
 
   const Workspace ws = tc_backward::split_workspace(p, workspace);
   tc_backward::prepare(p, t, layout, ws, "stage 13");
-  int* flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + tc_backward::workspace_bytes(p));
+  unsigned char* after = static_cast<unsigned char*>(workspace) + tc_backward::workspace_bytes(p);
+  int* flags = reinterpret_cast<int*>(after);
   if constexpr (S::deterministic) FA_CUDA_CHECK(cudaMemsetAsync(flags, 0, flag_count(p) * sizeof(int), fa::stream()));
 
   const int smem = Smem<D, S>::bytes;
@@ -592,11 +664,19 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   int device = 0, sms = 0;
   FA_CUDA_CHECK(cudaGetDevice(&device));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  backward_kernel<T, D, S><<<static_cast<unsigned>(kv_blocks), THREADS, smem, fa::stream()>>>(
+  // The last round of blocks cut in two (tuning.h: at which head dims).
+  const TailSplit split =
+      tail_split(p, static_cast<int>((p.seq_q + Smem<D, S>::BR - 1) / Smem<D, S>::BR),
+                 S::tail_multiprocessors > 0 ? S::tail_multiprocessors : sms,
+                 (D == 64 ? S::split_tail_d64 : S::split_tail_d128) && !S::deterministic);
+  int* meet = reinterpret_cast<int*>(after + flag_bytes(p));
+  float* partials = reinterpret_cast<float*>(meet + meet_ints(p));
+  if (split.split > 0) FA_CUDA_CHECK(cudaMemsetAsync(meet, 0, 2 * split.split * sizeof(int), fa::stream()));
+  backward_kernel<T, D, S><<<static_cast<unsigned>(split.whole + 2 * split.split), THREADS, smem, fa::stream()>>>(
       tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
       S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q),
       static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal,
-      tail_heads(p, sms, S::causal_tail_rounds));
+      tail_heads(p, sms, S::causal_tail_rounds), split, partials, meet);
   FA_CHECK_LAUNCH("backward_kernel");
 
   tc_backward::finish_dq(p, ws, t.dq, S::dq_swizzle);
@@ -635,6 +715,16 @@ int tail_heads(const AttentionProblem& p, int sms, int rounds) {
   return static_cast<int>(std::min(heads, want));
 }
 
+TailSplit tail_split(const AttentionProblem& p, int q_tiles, int sms, bool allowed) {
+  const int64_t blocks = block_count(p), r = sms > 0 ? blocks % sms : 0;
+  const TailSplit none{static_cast<int>(blocks), 0, 0};
+  if (!allowed || p.causal || r == 0 || r > kMaxSplit || q_tiles < 2) return none;
+  const int64_t turns = (r + (sms - r) - 1) / (sms - r);  // of small parts on an idle multiprocessor
+  if (turns > 9) return none;  // the big part would be over 9/10 of a block: little to win
+  const int64_t big = std::clamp<int64_t>((q_tiles * turns + (turns + 1) / 2) / (turns + 1), 1, q_tiles - 1);
+  return {static_cast<int>(blocks - r), static_cast<int>(r), static_cast<int>(big)};
+}
+
 std::size_t shared_bytes(int64_t d) {
   hopper::require_head_dim(d, "stage 13");
   return d == 64 ? Smem<64, Tuned>::bytes : Smem<128, Tuned>::bytes;
@@ -647,7 +737,7 @@ int q_tile_rows(int64_t d) {
 
 std::size_t workspace_bytes(const AttentionProblem& p) {
   shared_bytes(p.dim);  // refuses another head dim, before anything is allocated
-  return tc_backward::workspace_bytes(p) + static_cast<std::size_t>(flag_count(p) * sizeof(int) + 15) / 16 * 16;
+  return tc_backward::workspace_bytes(p) + flag_bytes(p) + meet_bytes(p);
 }
 
 double hbm_bytes_model(const AttentionProblem& p) { return tc_backward::hbm_bytes_model_for(p, Bc); }
