@@ -155,6 +155,7 @@ struct State {
   std::unordered_map<std::uint32_t, std::uint16_t> releases;
   std::unordered_map<const void*, std::pair<std::uint32_t, std::uint16_t>> flags;
   std::unordered_map<std::uint64_t, std::uint16_t> seen;
+  std::uint16_t now = 0;  // the running block's releases so far (its entry in `releases`)
   bool found = false;
   Race first;
   long more = 0;
@@ -296,12 +297,6 @@ void report_global(State& s, const char* kind, bool write, bool atomic, const vo
   s.first = r;
 }
 
-// The running block's releases so far.
-std::uint16_t epoch(const State& s) {
-  const auto it = s.releases.find(s.block);
-  return it == s.releases.end() ? 0 : it->second;
-}
-
 // Is block `other`'s access, made after `other_epoch` of its releases, ordered before the
 // running block's accesses from now on? Only if the running block has seen a later release.
 bool after_release(const State& s, std::uint32_t other, std::uint16_t other_epoch) {
@@ -314,7 +309,7 @@ bool after_release(const State& s, std::uint32_t other, std::uint16_t other_epoc
 void on_global(State& s, Buffer& b, std::uintptr_t a, std::size_t bytes, int kind, const void* pc) {
   if (b.cells.empty()) b.cells.resize((b.hi - b.lo + kGranule - 1) / kGranule);
   const std::uint32_t me = s.block;
-  const std::uint16_t now = epoch(s);
+  const std::uint16_t now = s.now;
   const bool write = kind != 0, atomic = kind == 2;
   const std::uint16_t pci = intern(s, pc);
   const auto thread = static_cast<std::uint16_t>(g_current);
@@ -435,6 +430,7 @@ void launch_begins(bool enabled, bool shared, bool interleaved, int threads, con
   s.releases.clear();
   s.flags.clear();
   s.seen.clear();
+  s.now = 0;
   s.pointers.assign(pointers, pointers + count);
   s.warp_time.assign(static_cast<std::size_t>((threads + 31) / 32), 0);
   s.know.assign(static_cast<std::size_t>(threads) * 32, 0);
@@ -458,6 +454,7 @@ void flag_released(const void* flag) {
   if (!s.enabled || g_current < 0) return;
   std::uint16_t& n = s.releases[s.block];
   if (n < 0xFFFF) ++n;  // (saturated: later accesses look unordered, never ordered by mistake)
+  s.now = n;
   s.flags[flag] = {s.block, n};
 }
 
@@ -472,7 +469,10 @@ void flag_acquired(const void* flag) {
 
 void block_resumes() {
   State& s = state();
-  if (s.enabled) s.block = 1 + fa_cpu_blockIdx.x + fa_cpu_gridDim.x * (fa_cpu_blockIdx.y + fa_cpu_gridDim.y * fa_cpu_blockIdx.z);
+  if (!s.enabled) return;
+  s.block = 1 + fa_cpu_blockIdx.x + fa_cpu_gridDim.x * (fa_cpu_blockIdx.y + fa_cpu_gridDim.y * fa_cpu_blockIdx.z);
+  const auto it = s.releases.find(s.block);
+  s.now = it == s.releases.end() ? 0 : it->second;
 }
 
 void block_begins() {

@@ -73,8 +73,8 @@ struct TailSplit {
  */
 TailSplit tail_split(const AttentionProblem& p, int q_tiles, int sms, bool allowed);
 
-/// The most blocks a TailSplit cuts (fewer than the multiprocessors of any Hopper, 132):
-/// workspace_bytes() holds their meeting places.
+/// The most blocks a TailSplit cuts: a last round leaves at most 131 on a GPU of 132
+/// multiprocessors, the most a Hopper has. workspace_bytes() holds their meeting places.
 constexpr int kMaxSplit = 131;
 
 /// The grid block's work under a TailSplit: a block of block_coords(), its Q tiles
