@@ -20,7 +20,7 @@ source "$(dirname "$0")/tune_lib.sh"
 variants=(
   "tuned:Tuned" "persistent_always:PersistentAlways" "one_tile_a_block:OneTileABlock" "three_consumers:ThreeConsumers"
   "no_overlap:NoOverlap" "ring2:Ring2" "no_pingpong:NoPingpong" "serial_reduce:SerialReduce" "one_q_buffer:OneQBuffer"
-  "p_double:PDouble" "eager:Eager" "lazy_all:LazyAll"
+  "p_double:PDouble" "eager:Eager" "lazy_all:LazyAll" "narrow_o:NarrowO"
 )
 bin="$out/build/bin/stage08_hopper"
 [ -x "$bin" ] || build_once "$out" stage08_hopper

@@ -420,16 +420,17 @@ inline DeviceBuffer<uint16_t> scatter(const AttentionProblem& p, int64_t n, cons
   return DeviceBuffer<uint16_t>(out);
 }
 
-/// The contiguous [B, H, n, d] tensor held in `from` where `s` says, copied to the device
-/// pointer `to`. REQUIREs that every element in between still holds kPoisonByte: a kernel
-/// that writes where `s` says writes nothing else.
+/// The contiguous [B, H, n, d] tensor held in `from` where `s` says, from element `offset` of
+/// the buffer on, copied to the device pointer `to`. REQUIREs that every element in between
+/// (and before `offset`) still holds kPoisonByte: a kernel that writes where `s` says writes
+/// nothing else.
 inline void gather(const AttentionProblem& p, int64_t n, const DeviceBuffer<uint16_t>& from, const Strides& s,
-                   void* to) {
+                   void* to, int64_t offset = 0) {
   std::vector<uint16_t> all = from.download();
   std::vector<uint16_t> dense(static_cast<size_t>(p.batch_heads() * n * p.dim));
   for (int64_t bh = 0; bh < p.batch_heads(); ++bh)
     for (int64_t i = 0; i < n; ++i) {
-      const auto at = all.begin() + s.head_offset(bh, p.heads) + i * s.row;
+      const auto at = all.begin() + offset + s.head_offset(bh, p.heads) + i * s.row;
       std::copy_n(at, p.dim, dense.begin() + (bh * n + i) * p.dim);
       std::fill_n(at, p.dim, uint16_t{0xFFFF});  // taken: what remains must be the poison
     }

@@ -213,6 +213,33 @@ TEST_CASE("stage 12 reads Q, K and V where their strides say and writes O where 
                       fa::test::HasSubstring("stride of 0"));
 }
 
+// O written at `o_offset` elements past the start of its buffer (cudaMalloc's: 256-byte
+// aligned), every other element poisoned and checked untouched.
+fa::test::StageFn o_offset_stage12(int64_t o_offset, const fa::Mask& mask) {
+  return [o_offset, mask](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
+    fa::DeviceBuffer<uint16_t> o(static_cast<size_t>(o_offset + p.q_elems() + 8));
+    o.fill_bytes(fa::kPoisonByte);
+    fa::masks::attention(p, t.q, t.k, t.v, o.data() + o_offset, t.lse, fa::masks::Plan(p, mask));
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    fa::test::gather(p, p.seq_q, o, fa::Layout::contiguous(p).o, t.o, o_offset);
+  };
+}
+
+// As stage 08's: at d = 128 16 bytes a store where O is 16-byte aligned, else 4 bytes.
+TEST_CASE("stage 12 writes O at an address that is not 16-byte aligned", "[stage12]") {
+  uint64_t seed = 1780;
+  for (const int64_t o_offset : {0, 2, 4}) {
+    for (int64_t d : kDims) {
+      const fa::AttentionProblem p = fa::make_problem(2, 2, 140, 140, d, 0.0, true, fa::DType::BF16);
+      fa::Mask mask = window(40, -1);
+      mask.doc_lengths = {60, 80};
+      INFO("O at element " << o_offset);
+      const fa::AttentionInputs in = fa::random_inputs(p, ++seed);
+      fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, o_offset_stage12(o_offset, mask), true, &mask));
+    }
+  }
+}
+
 // Against the definition: a block is full when every row (up to Nq) sees every key of it (up
 // to Bc), empty when no row sees any, partial otherwise.
 TEST_CASE("stage 12 classifies each block as the mask defines it", "[stage12]") {

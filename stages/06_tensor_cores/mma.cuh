@@ -145,6 +145,55 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 /// Host side: calls f(T{}) with T the 16-bit type of `dtype`, __half or __nv_bfloat16, so a
+
+/// A 4 × 4 transpose across the quad of lanes that holds one row of a C fragment: on entry
+/// lane t's w[k] is its word (two 16-bit values, columns 2t and 2t + 1) of 8-column group k;
+/// on exit lane t's w[k] is lane k's word of group t. Lane t then holds group t's 8 columns,
+/// 16 contiguous bytes of the row, in order: one 16-byte store instead of four 4-byte ones.
+/// Two butterfly steps (partner t ^ 2, then t ^ 1), each sending the two words the partner
+/// needs and keeping the two it needs itself: four shuffles and twelve selects. Every lane
+/// of the warp must call it (the shuffles name them all).
+__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
+  const bool hi = (t & 2) != 0;  // step 1: lanes 0, 1 swap groups 2, 3 with lanes 2, 3's 0, 1
+#pragma unroll
+  for (int k0 = 0; k0 < 2; ++k0) {
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, hi ? w[k0] : w[2 + k0], 2);
+    w[k0] = hi ? got : w[k0];
+    w[2 + k0] = hi ? w[2 + k0] : got;
+  }
+  const bool odd = (t & 1) != 0;  // step 2: the same within each pair of groups, partner t ^ 1
+#pragma unroll
+  for (int k1 = 0; k1 < 2; ++k1) {
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? w[2 * k1] : w[2 * k1 + 1], 1);
+    w[2 * k1] = odd ? got : w[2 * k1];
+    w[2 * k1 + 1] = odd ? w[2 * k1 + 1] : got;
+  }
+}
+
+/// One row of an output tile held as C fragments (wgmma's accumulator has the same layout):
+/// this thread's values of the row, columns 8n + 2t and 8n + 2t + 1 in c[4n + 2r] and
+/// c[4n + 2r + 1] for n < D/8, times `inv` and rounded to T, written at `row` if `store`.
+/// `wide`: 16 bytes a store after quad_transpose (`row` 16-byte aligned), a quarter of the
+/// store instructions; else 4 bytes a store. Every lane of the warp must call it with the same
+/// `wide` (the transpose's shuffles); `store` may differ from quad to quad.
+template <typename T, int D>
+__device__ __forceinline__ void store_c_row(T* row, const float (&c)[D / 2], int r, float inv, int t, bool wide,
+                                            bool store) {
+  uint32_t w[D / 8];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) w[n] = pack2<T>(c[4 * n + 2 * r] * inv, c[4 * n + 2 * r + 1] * inv);
+  if (wide) {
+#pragma unroll
+    for (int a = 0; a < D / 32; ++a) {
+      uint32_t q[4] = {w[4 * a], w[4 * a + 1], w[4 * a + 2], w[4 * a + 3]};
+      quad_transpose(q, t);
+      if (store) *reinterpret_cast<uint4*>(row + 8 * (4 * a + t)) = make_uint4(q[0], q[1], q[2], q[3]);
+    }
+  } else if (store) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) *reinterpret_cast<uint32_t*>(row + 8 * n + 2 * t) = w[n];
+  }
+}
 /// launcher picks its kernel template; fp32 throws InputError naming `stage`.
 template <typename F>
 void with_mma_type(DType dtype, const char* stage, F&& f) {

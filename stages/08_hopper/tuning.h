@@ -45,6 +45,9 @@ struct Tuned {
   static constexpr Lazy lazy = Lazy::at_d128;             ///< where a row's max moves lazily
   static constexpr int p_buffers_d64 = 1;                 ///< P's registers at d = 64 (2: P_{j+1} made while P_j·V_j runs)
   static constexpr int q_buffers_d64 = 2;                 ///< Q buffers at d = 64 (2: the next tile's Q copied early)
+  /// O's rows at d = 128 written 16 bytes a store, after a transpose across each quad of lanes
+  /// (4 bytes a store at d = 64, and where O is not 16-byte aligned)
+  static constexpr bool wide_o_d128 = true;
 };
 
 // The variants LOG.md measures, each the finished kernel with one change.
@@ -116,10 +119,16 @@ struct LazyAll : Tuned {
   static constexpr const char* summary = "lazy rescaling at d = 64 too";  ///< for --help
   static constexpr Lazy lazy = Lazy::always;  ///< the change
 };
+/// The variant `NarrowO` (see its summary).
+struct NarrowO : Tuned {
+  static constexpr const char* name = "narrow_o";  ///< --variant narrow_o
+  static constexpr const char* summary = "O written 4 bytes a store at d = 128 too";  ///< for --help
+  static constexpr bool wide_o_d128 = false;  ///< the change
+};
 
 /// Every variant, in LOG.md's order, the finished kernel first.
 using Variants = std::tuple<Tuned, PersistentAlways, OneTileABlock, ThreeConsumers, NoOverlap, Ring2, NoPingpong,
-                            SerialReduce, OneQBuffer, PDouble, Eager, LazyAll>;
+                            SerialReduce, OneQBuffer, PDouble, Eager, LazyAll, NarrowO>;
 
 /// The variants as the demo driver runs them (`--variant NAME`); each runs fp16 at d = 64 and 128.
 std::vector<StageVariant> variants();

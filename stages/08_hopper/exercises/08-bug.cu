@@ -473,21 +473,20 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       }
       it += n_tiles;
 
-      // O / l, once, and the log-sum-exp. Each thread writes two neighbouring values a time.
+      // O / l, once, and the log-sum-exp. At d = 128 each thread writes 16 bytes a store, after
+      // a transpose across its quad (tuning.h's wide_o_d128; O's strides are whole 16 bytes, so
+      // O's own address says whether every row is aligned); at d = 64 two neighbouring values.
+      const bool wide = S::wide_o_d128 && D == 128 && reinterpret_cast<uintptr_t>(O) % 16 == 0;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int row = row0 + 8 * r;
-        if (row >= seq_q) continue;
-        const float inv = 1.0f / l[r];
-        T* o_row = O + o_strides.head_offset(bh, order.h) + row * o_strides.row;
-#pragma unroll
-        for (int n8 = 0; n8 < D / 8; ++n8) {
-          *reinterpret_cast<uint32_t*>(o_row + 8 * n8 + 2 * t) =
-              tc::pack2<T>(o[4 * n8 + 2 * r] * inv, o[4 * n8 + 2 * r + 1] * inv);
+        T* o_row = O + o_strides.head_offset(bh, order.h) + static_cast<int64_t>(row) * o_strides.row;
+        tc::store_c_row<T, D>(o_row, o, r, 1.0f / l[r], t, wide, row < seq_q);  // rows past Nq: not written
+        if (row < seq_q && lse && t == 0) {
+          lse[static_cast<int64_t>(bh) * seq_q + row] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
         }
-        if (lse && t == 0) lse[static_cast<int64_t>(bh) * seq_q + row] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
       }
     }
     // The last consumer's last turn let consumer 0 go once more; take that arrival.
