@@ -116,6 +116,26 @@ inline Backward16 strided_backward(
   };
 }
 
+/// A backward stage as a Backward16 that reads O and writes dQ at 4 bytes past a 16-byte
+/// boundary (elements 2 onward of buffers of their own, the rest poisoned and dQ's checked
+/// untouched), where kernels 1 and 3 cannot take 16 bytes at a time: their 4-byte paths.
+inline Backward16 misaligned_o_dq_backward(const Backward16& stage) {
+  return [stage](const AttentionProblem& p, const tc_backward::Tensors& t, void* ws) {
+    const int64_t n = p.q_elems(), off = 2;
+    std::vector<uint16_t> o_host(static_cast<size_t>(n + off), 0xFFFF);
+    FA_CUDA_CHECK(cudaMemcpy(o_host.data() + off, t.o, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+    const DeviceBuffer<uint16_t> o(o_host);
+    DeviceBuffer<uint16_t> dq(static_cast<size_t>(n + off + 8));
+    dq.fill_bytes(kPoisonByte);
+    stage(p, {t.q, t.k, t.v, o.data() + off, t.d_o, t.lse, dq.data() + off, t.dk, t.dv}, ws);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> all = dq.download();
+    FA_CUDA_CHECK(cudaMemcpy(t.dq, all.data() + off, static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice));
+    std::fill_n(all.begin() + off, n, uint16_t{0xFFFF});  // taken: what remains must be the poison
+    REQUIRE(std::count(all.begin(), all.end(), uint16_t{0xFFFF}) == static_cast<std::ptrdiff_t>(all.size()));
+  };
+}
+
 /// Each variant of a stage's tuning.h is another choice of its LOG.md; each must still compute
 /// the gradients: ragged lengths over several tiles, one query, logits all far below zero, with
 /// and without the causal mask, d = 64 and 128. `run_and_check(p, seed, magnitude, backward,

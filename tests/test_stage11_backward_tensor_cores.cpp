@@ -212,6 +212,16 @@ TEST_CASE("stage 11: Q, K, V, O and dO read where their strides say", "[stage11]
   fa::test::check_strided_backward(1200, run_and_check, fa::tc_backward::attention_backward_strided);
 }
 
+// Kernels 1 and 3 take 16 bytes at a time where O, dO and dQ allow it, else 4 bytes.
+TEST_CASE("stage 11: O read and dQ written at addresses that are not 16-byte aligned", "[stage11]") {
+  uint64_t seed = 1300;
+  const fa::test::Backward16 misaligned = fa::test::misaligned_o_dq_backward(fa::tc_backward::attention_backward);
+  for (int64_t d : {32, 64, 128}) {
+    const fa::AttentionProblem p = problem(2, 3, 70, 130, d, d == 64, d == 128 ? fa::DType::BF16 : fa::DType::F16);
+    require_passed(p, run_and_check(p, ++seed, 1.0f, misaligned).check);
+  }
+}
+
 TEST_CASE("stage 11: bad input is refused with a message", "[stage11]") {
   const fa::AttentionProblem p32 = problem(1, 1, 4, 4, 64, false, fa::DType::F32);
   REQUIRE_THROWS_WITH(fa::tc_backward::attention_backward(p32, {}, nullptr),

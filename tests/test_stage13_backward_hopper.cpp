@@ -316,6 +316,18 @@ TEST_CASE("stage 13: the grid's last round is cut in two, every Q tile of a bloc
   REQUIRE(split(1, 16384, false, 32, 132).split == 0);        // 128 blocks: 32 turns, little to win
 }
 
+// Stage 11's kernels 1 and 3 take 16 bytes at a time where O and dQ allow it, else 4 bytes.
+TEST_CASE("stage 13: O read and dQ written at addresses that are not 16-byte aligned", "[stage13]") {
+  uint64_t seed = 1380;
+  const fa::test::Backward16 misaligned =
+      fa::test::misaligned_o_dq_backward(fa::hopper_backward::attention_backward);
+  for (int64_t d : {64, 128}) {
+    const fa::AttentionProblem p =
+        fa::make_problem(1, 2, 70, 130, d, 0.0, d == 64, d == 128 ? fa::DType::BF16 : fa::DType::F16);
+    require_passed(p, run_and_check(p, ++seed, 1.0f, misaligned).check);
+  }
+}
+
 TEST_CASE("stage 13: bad input is refused with a message", "[stage13]") {
   const fa::AttentionProblem p32 = problem(1, 1, 4, 4, 64, false, fa::DType::F32);
   REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward(p32, {}, nullptr),

@@ -21,7 +21,8 @@
  * split d; each computes Pᵀ and dSᵀ for half the queries and passes them to the other
  * through shared memory (SPLIT_D). In full:
  *
- *     kernel 1, one warp per query row: D_i = Σ_c dO_ic·O_ic; lse_i·log2(e) and D_i into a
+ *     kernel 1, d/8 threads a query row, 16 bytes each (a warp a row where O or dO is not
+ *               16-byte aligned): D_i = Σ_c dO_ic·O_ic; lse_i·log2(e) and D_i into a
  *               workspace padded to whole Q tiles (padding: lse = +inf, so P = 0); dQacc_i = 0
  *     kernel 2, one block per (K/V tile j of 128 keys, batch·head), 32 keys a warp (a pair of
  *               warps at d = 128):
@@ -59,6 +60,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "common/cuda_check.h"
@@ -191,7 +194,8 @@ __device__ __forceinline__ void copy_tile(T* tile, const T* src, int row_stride,
 /// At d = 128 the eight k-steps' addresses take 3 XOR instructions instead of 7 (LOG.md).
 __device__ __forceinline__ int xor_in_row(int lane, int delta) { return (lane ^ (delta % 64)) + (delta - delta % 64); }
 
-/// Kernel 1, one warp a row of the padded workspace [B·H][Nq_pad]: D_i = Σ_c dO_ic·O_ic and
+/// Kernel 1 where O or dO does not start on 16 bytes (else prepare_kernel_wide), one warp a
+/// row of the padded workspace [B·H][Nq_pad]: D_i = Σ_c dO_ic·O_ic and
 /// lse_i·log2(e) for the main kernel's copies, +inf and 0 for the padding rows past Nq (so
 /// that P = 2^(s − inf) = 0 there); and dQ's accumulator zeroed.
 template <typename T, int D>
@@ -217,6 +221,54 @@ __global__ void __launch_bounds__(256) prepare_kernel(const T* O, const T* dO, S
   }
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) lse2[row] = lse[src] * LOG2E, Dvec[row] = sum;
+}
+
+/// Σ a_e·b_e over the eight 16-bit elements of T in each of two 16-byte words.
+template <typename T>
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
+  T x[8], y[8];
+  std::memcpy(x, &a, 16);
+  std::memcpy(y, &b, 16);
+  float sum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sum += to_float(x[e]) * to_float(y[e]);
+  return sum;
+}
+
+/// Kernel 1 in 16-byte accesses, where O and dO start on 16 bytes (their strides are whole
+/// 16 bytes: require_copyable): D/8 threads a row, each reading 8 elements of O and of dO and
+/// zeroing 8 floats of dQacc, their sums added across the row's threads. The same results as
+/// prepare_kernel (D summed in another order), at HBM's rate: 2-3× as fast as one 2-byte
+/// element a lane (LOG.md, "Kernel 1 and kernel 3 in 16-byte accesses").
+template <typename T, int D>
+__global__ void __launch_bounds__(256) prepare_kernel_wide(const T* O, const T* dO, Strides o_strides,
+                                                           Strides do_strides, int64_t heads, const float* lse,
+                                                           float* lse2, float* Dvec, float* dQacc, int64_t seq_q,
+                                                           int64_t seq_q_pad, int64_t padded_rows) {
+  constexpr int LANES = D / 8;  // threads a row: a warp's 32 lanes hold 32 / LANES whole rows
+  static_assert(LANES >= 2 && LANES <= 32 && 32 % LANES == 0, "whole rows in a warp");
+  const int part = threadIdx.x % LANES;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (256 / LANES) + threadIdx.x / LANES;
+  const bool in_grid = row < padded_rows;
+  const int64_t bh = row / seq_q_pad, i = row % seq_q_pad;
+  const bool real = in_grid && i < seq_q;  // a row of Q, not padding
+  const int64_t src = bh * seq_q + i;
+  float sum = 0.0f;
+  if (real) {
+    const uint4 o = *reinterpret_cast<const uint4*>(O + o_strides.head_offset(bh, heads) + i * o_strides.row + 8 * part);
+    const uint4 g = *reinterpret_cast<const uint4*>(dO + do_strides.head_offset(bh, heads) + i * do_strides.row + 8 * part);
+    sum = dot8<T>(o, g);
+    float4* zero = reinterpret_cast<float4*>(dQacc + src * D + 8 * part);
+    zero[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    zero[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  // Every lane takes part (the mask names the whole warp); the row's LANES lanes sum theirs.
+#pragma unroll
+  for (int off = LANES / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (in_grid && part == 0) {
+    lse2[row] = real ? lse[src] * LOG2E : INFINITY;
+    Dvec[row] = real ? sum : 0.0f;
+  }
 }
 
 /// Kernel 2: one block per (K/V tile, batch·head), flattened into blockIdx.x; Q tiles inner.
@@ -539,20 +591,54 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// Kernel 3 in 16-byte stores, where dQ starts on 16 bytes: eight elements a thread a step,
+/// read as two 16-byte loads of dQacc (an 8-column group, which the swizzle moves whole).
+template <typename T, bool SWIZZLED>
+__global__ void __launch_bounds__(256)
+    convert_dq_kernel_wide(const float* dQacc, T* dQ, int64_t groups, float scale, int dim, int seq_q) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < groups;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t from = k;
+    if constexpr (SWIZZLED) {
+      const int64_t row = 8 * k / dim;  // as convert_dq_kernel: group c of row q from group c XOR (q % 8)
+      from = k ^ (row % seq_q % 8);
+    }
+    const float4 a = reinterpret_cast<const float4*>(dQacc)[2 * from];
+    const float4 b = reinterpret_cast<const float4*>(dQacc)[2 * from + 1];
+    reinterpret_cast<uint4*>(dQ)[k] = make_uint4(pack2<T>(scale * a.x, scale * a.y), pack2<T>(scale * a.z, scale * a.w),
+                                                 pack2<T>(scale * b.x, scale * b.y), pack2<T>(scale * b.z, scale * b.w));
+  }
+}
+
+/// Whether a pointer and a tensor's strides allow 16-byte accesses of 16-bit elements.
+static bool wide_ok(const void* ptr, const Strides& s) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
+}
+
 void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, const Workspace& ws,
              const std::string& stage) {
   const int64_t seq_q_pad = padded_seq_q(p);
   const int64_t padded_rows = p.batch_heads() * seq_q_pad;
-  const int64_t blocks = (padded_rows + 7) / 8;
+  // 16 bytes a thread where O and dO allow it (D/8 threads a row), else a warp a row.
+  const bool wide = wide_ok(t.o, layout.o) && wide_ok(t.d_o, layout.d_o);
+  const int64_t rows_a_block = wide ? 256 / (p.dim / 8) : 8;
+  const int64_t blocks = (padded_rows + rows_a_block - 1) / rows_a_block;
   if (blocks > 0x7fffffff) {
     throw InputError(stage + ": the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
   }
   with_head_dim(p.dim, [&](auto dim) {
     tc::with_mma_type(p.dtype, stage.c_str(), [&](auto type) {
       using T = decltype(type);
-      prepare_kernel<T, decltype(dim)::value><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
-          static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), layout.o, layout.d_o, p.heads, t.lse, ws.lse2,
-          ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
+      constexpr int D = decltype(dim)::value;
+      const auto o = static_cast<const T*>(t.o);
+      const auto d_o = static_cast<const T*>(t.d_o);
+      if (wide) {
+        prepare_kernel_wide<T, D><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
+            o, d_o, layout.o, layout.d_o, p.heads, t.lse, ws.lse2, ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
+      } else {
+        prepare_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
+            o, d_o, layout.o, layout.d_o, p.heads, t.lse, ws.lse2, ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
+      }
     });
   });
   FA_CHECK_LAUNCH("prepare_kernel");
@@ -564,7 +650,17 @@ void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq, bool sw
   tc::with_mma_type(p.dtype, "finish_dq", [&](auto type) {
     using T = decltype(type);
     const int dim = static_cast<int>(p.dim), seq_q = static_cast<int>(p.seq_q);
-    if (swizzled) {
+    if (reinterpret_cast<uintptr_t>(dq) % 16 == 0) {  // 16 bytes a store (d is a multiple of 8)
+      const int64_t groups = p.q_elems() / 8;
+      const auto blocks_wide = static_cast<unsigned>(std::min<int64_t>((groups + 255) / 256, 65535));
+      if (swizzled) {
+        convert_dq_kernel_wide<T, true><<<blocks_wide, 256, 0, fa::stream()>>>(ws.dQacc, static_cast<T*>(dq), groups,
+                                                                              p.scale, dim, seq_q);
+      } else {
+        convert_dq_kernel_wide<T, false><<<blocks_wide, 256, 0, fa::stream()>>>(ws.dQacc, static_cast<T*>(dq), groups,
+                                                                               p.scale, dim, seq_q);
+      }
+    } else if (swizzled) {
       convert_dq_kernel<T, true><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
           ws.dQacc, static_cast<T*>(dq), pairs, p.scale, dim, seq_q);
     } else {

@@ -60,12 +60,14 @@ int64_t padded_seq_q(const AttentionProblem& p);
 Workspace split_workspace(const AttentionProblem& p, void* workspace);
 
 /// Kernel 1, enqueued: D = rowsum(dO ∘ O) and lse·log2(e) into `ws`, dQacc zeroed. O and dO
-/// (t.o, t.d_o in p.dtype) are read through layout.o and layout.d_o. `stage` begins the
+/// (t.o, t.d_o in p.dtype) are read through layout.o and layout.d_o, 16 bytes a thread where
+/// both start on 16 bytes with strides of whole 16 bytes, else 2. `stage` begins the
 /// message of a refusal. \throws InputError when the grid would be too large.
 void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, const Workspace& ws,
              const std::string& stage);
 
-/// Kernel 3, enqueued: dQ (contiguous, p.dtype) = scale·dQacc, rounded. `swizzled`: dQacc as
+/// Kernel 3, enqueued: dQ (contiguous, p.dtype) = scale·dQacc, rounded, 16 bytes a store where
+/// dq starts on 16 bytes, else 4. `swizzled`: dQacc as
 /// stage 13 lays it out, each row's 8-column groups in the order of its bank-conflict-free
 /// stores (column c of head row q at c XOR 8·(q % 8); the dims are 64 and 128).
 void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq, bool swizzled);
