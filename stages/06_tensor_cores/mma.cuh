@@ -144,8 +144,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-/// Host side: calls f(T{}) with T the 16-bit type of `dtype`, __half or __nv_bfloat16, so a
-
 /// A 4 × 4 transpose across the quad of lanes that holds one row of a C fragment: on entry
 /// lane t's w[k] is its word (two 16-bit values, columns 2t and 2t + 1) of 8-column group k;
 /// on exit lane t's w[k] is lane k's word of group t. Lane t then holds group t's 8 columns,
@@ -194,6 +192,8 @@ __device__ __forceinline__ void store_c_row(T* row, const float (&c)[D / 2], int
     for (int n = 0; n < D / 8; ++n) *reinterpret_cast<uint32_t*>(row + 8 * n + 2 * t) = w[n];
   }
 }
+
+/// Host side: calls f(T{}) with T the 16-bit type of `dtype`, __half or __nv_bfloat16, so a
 /// launcher picks its kernel template; fp32 throws InputError naming `stage`.
 template <typename F>
 void with_mma_type(DType dtype, const char* stage, F&& f) {
