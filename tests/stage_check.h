@@ -438,4 +438,19 @@ inline void gather(const AttentionProblem& p, int64_t n, const DeviceBuffer<uint
   FA_CUDA_CHECK(cudaMemcpy(to, dense.data(), dense.size() * 2, cudaMemcpyHostToDevice));
 }
 
+/// A stage that writes O contiguous, as a StageFn that hands it an O `offset` elements past the
+/// start of a buffer of its own (cudaMalloc's: 256-byte aligned), every other element poisoned
+/// and checked untouched: `stage(p, t, o)` writes O at `o`. With `offset` 2 or 4 the kernels
+/// that store 16 bytes at a time must take their narrower path.
+inline StageFn with_o_offset(int64_t offset,
+                             const std::function<void(const AttentionProblem&, const DeviceTensors&, void*)>& stage) {
+  return [offset, stage](const AttentionProblem& p, const DeviceTensors& t) {
+    DeviceBuffer<uint16_t> o(static_cast<size_t>(offset + p.q_elems() + 8));
+    o.fill_bytes(kPoisonByte);
+    stage(p, t, o.data() + offset);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    gather(p, p.seq_q, o, Layout::contiguous(p).o, t.o, offset);
+  };
+}
+
 }  // namespace fa::test

@@ -152,19 +152,6 @@ TEST_CASE("stage 08 reads Q, K and V where their strides say and writes O where 
   }
 }
 
-// O written at `o_offset` elements past the start of its buffer (cudaMalloc's: 256-byte
-// aligned), every other element poisoned and checked untouched.
-fa::test::StageFn o_offset_stage08(int64_t o_offset) {
-  return [o_offset](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
-    const fa::Layout layout = fa::Layout::contiguous(p);
-    fa::DeviceBuffer<uint16_t> o(static_cast<size_t>(o_offset + p.q_elems() + 8));
-    o.fill_bytes(fa::kPoisonByte);
-    fa::hopper::attention_strided(p, t.q, t.k, t.v, o.data() + o_offset, t.lse, layout);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    fa::test::gather(p, p.seq_q, o, layout.o, t.o, o_offset);
-  };
-}
-
 // At d = 128 a row of O goes out 16 bytes a store where O is 16-byte aligned, and 4 bytes a
 // store where it is not: both ways checked, the second at 4 and 8 bytes past a boundary.
 TEST_CASE("stage 08 writes O at an address that is not 16-byte aligned", "[stage08]") {
@@ -174,7 +161,11 @@ TEST_CASE("stage 08 writes O at an address that is not 16-byte aligned", "[stage
       for (int64_t d : kDims) {
         const fa::AttentionProblem p = fa::make_problem(2, 2, 77, 150, d, 0.0, o_offset == 2, dtype);
         INFO("O at element " << o_offset);
-        fa::test::require_passed(p, fa::test::run_and_check(p, o_offset_stage08(o_offset), ++seed, 1.0f, true));
+        const fa::test::StageFn stage = fa::test::with_o_offset(
+            o_offset, [](const fa::AttentionProblem& q, const fa::DeviceTensors& t, void* o) {
+              fa::hopper::attention_strided(q, t.q, t.k, t.v, o, t.lse, fa::Layout::contiguous(q));
+            });
+        fa::test::require_passed(p, fa::test::run_and_check(p, stage, ++seed, 1.0f, true));
       }
     }
   }

@@ -213,18 +213,6 @@ TEST_CASE("stage 12 reads Q, K and V where their strides say and writes O where 
                       fa::test::HasSubstring("stride of 0"));
 }
 
-// O written at `o_offset` elements past the start of its buffer (cudaMalloc's: 256-byte
-// aligned), every other element poisoned and checked untouched.
-fa::test::StageFn o_offset_stage12(int64_t o_offset, const fa::Mask& mask) {
-  return [o_offset, mask](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
-    fa::DeviceBuffer<uint16_t> o(static_cast<size_t>(o_offset + p.q_elems() + 8));
-    o.fill_bytes(fa::kPoisonByte);
-    fa::masks::attention(p, t.q, t.k, t.v, o.data() + o_offset, t.lse, fa::masks::Plan(p, mask));
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    fa::test::gather(p, p.seq_q, o, fa::Layout::contiguous(p).o, t.o, o_offset);
-  };
-}
-
 // As stage 08's: at d = 128 16 bytes a store where O is 16-byte aligned, else 4 bytes.
 TEST_CASE("stage 12 writes O at an address that is not 16-byte aligned", "[stage12]") {
   uint64_t seed = 1780;
@@ -235,7 +223,11 @@ TEST_CASE("stage 12 writes O at an address that is not 16-byte aligned", "[stage
       mask.doc_lengths = {60, 80};
       INFO("O at element " << o_offset);
       const fa::AttentionInputs in = fa::random_inputs(p, ++seed);
-      fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, o_offset_stage12(o_offset, mask), true, &mask));
+      const fa::test::StageFn stage = fa::test::with_o_offset(
+          o_offset, [&mask](const fa::AttentionProblem& q, const fa::DeviceTensors& t, void* o) {
+            fa::masks::attention(q, t.q, t.k, t.v, o, t.lse, fa::masks::Plan(q, mask));
+          });
+      fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, stage, true, &mask));
     }
   }
 }
