@@ -194,59 +194,28 @@ __device__ __forceinline__ void copy_tile(T* tile, const T* src, int row_stride,
 /// At d = 128 the eight k-steps' addresses take 3 XOR instructions instead of 7 (LOG.md).
 __device__ __forceinline__ int xor_in_row(int lane, int delta) { return (lane ^ (delta % 64)) + (delta - delta % 64); }
 
-/// Kernel 1 where O or dO does not start on 16 bytes (else prepare_kernel_wide), one warp a
-/// row of the padded workspace [B·H][Nq_pad]: D_i = Σ_c dO_ic·O_ic and
+/// VEC elements of E, read or written in one access where VEC·sizeof(E) ≤ 16 (two accesses of
+/// 16 bytes for 8 floats); the pointer must be aligned to the access.
+template <typename E, int VEC>
+struct alignas(VEC * sizeof(E) < 16 ? VEC * sizeof(E) : 16) Chunk {
+  E e[VEC];
+};
+
+/// Kernel 1, for each row of the padded workspace [B·H][Nq_pad]: D_i = Σ_c dO_ic·O_ic and
 /// lse_i·log2(e) for the main kernel's copies, +inf and 0 for the padding rows past Nq (so
-/// that P = 2^(s − inf) = 0 there); and dQ's accumulator zeroed.
-template <typename T, int D>
+/// that P = 2^(s − inf) = 0 there); and dQ's accumulator zeroed. A row has LANES =
+/// min(32, D/VEC) threads, each taking VEC elements of O and of dO a step (and zeroing VEC
+/// floats of dQacc); the row's threads then add their sums. VEC = 8, one 16-byte load and
+/// D/8 threads a row, where O and dO start on 16 bytes: near HBM's rate, on the H100 1.7× as
+/// fast at d = 64 as VEC = 1, a warp a row and one 2-byte element a lane, which takes O and dO
+/// at any offset (LOG.md, "Kernels 1 and 3 in 16-byte accesses").
+template <typename T, int D, int VEC>
 __global__ void __launch_bounds__(256) prepare_kernel(const T* O, const T* dO, Strides o_strides, Strides do_strides,
                                                       int64_t heads, const float* lse, float* lse2, float* Dvec,
                                                       float* dQacc, int64_t seq_q, int64_t seq_q_pad,
                                                       int64_t padded_rows) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (row >= padded_rows) return;
-  const int64_t bh = row / seq_q_pad, i = row % seq_q_pad;
-  if (i >= seq_q) {
-    if (lane == 0) lse2[row] = INFINITY, Dvec[row] = 0.0f;
-    return;
-  }
-  const int64_t src = bh * seq_q + i;
-  const T* o_row = O + o_strides.head_offset(bh, heads) + i * o_strides.row;
-  const T* do_row = dO + do_strides.head_offset(bh, heads) + i * do_strides.row;
-  float sum = 0.0f;
-  for (int c = lane; c < D; c += 32) {
-    sum += to_float(do_row[c]) * to_float(o_row[c]);
-    dQacc[src * D + c] = 0.0f;
-  }
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) lse2[row] = lse[src] * LOG2E, Dvec[row] = sum;
-}
-
-/// Σ a_e·b_e over the eight 16-bit elements of T in each of two 16-byte words.
-template <typename T>
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
-  T x[8], y[8];
-  std::memcpy(x, &a, 16);
-  std::memcpy(y, &b, 16);
-  float sum = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) sum += to_float(x[e]) * to_float(y[e]);
-  return sum;
-}
-
-/// Kernel 1 in 16-byte accesses, where O and dO start on 16 bytes (their strides are whole
-/// 16 bytes: require_copyable): D/8 threads a row, each reading 8 elements of O and of dO and
-/// zeroing 8 floats of dQacc, their sums added across the row's threads. The same results as
-/// prepare_kernel (D summed in another order), near HBM's rate: on the H100 1.7× as fast as
-/// one 2-byte element a lane at d = 64 (LOG.md, "Kernels 1 and 3 in 16-byte accesses").
-template <typename T, int D>
-__global__ void __launch_bounds__(256) prepare_kernel_wide(const T* O, const T* dO, Strides o_strides,
-                                                           Strides do_strides, int64_t heads, const float* lse,
-                                                           float* lse2, float* Dvec, float* dQacc, int64_t seq_q,
-                                                           int64_t seq_q_pad, int64_t padded_rows) {
-  constexpr int LANES = D / 8;  // threads a row: a warp's 32 lanes hold 32 / LANES whole rows
-  static_assert(LANES >= 2 && LANES <= 32 && 32 % LANES == 0, "whole rows in a warp");
+  constexpr int LANES = D / VEC < 32 ? D / VEC : 32;
+  static_assert(32 % LANES == 0 && D % (VEC * LANES) == 0, "whole rows in a warp, whole steps in a row");
   const int part = threadIdx.x % LANES;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (256 / LANES) + threadIdx.x / LANES;
   const bool in_grid = row < padded_rows;
@@ -255,14 +224,18 @@ __global__ void __launch_bounds__(256) prepare_kernel_wide(const T* O, const T* 
   const int64_t src = bh * seq_q + i;
   float sum = 0.0f;
   if (real) {
-    const uint4 o = *reinterpret_cast<const uint4*>(O + o_strides.head_offset(bh, heads) + i * o_strides.row + 8 * part);
-    const uint4 g = *reinterpret_cast<const uint4*>(dO + do_strides.head_offset(bh, heads) + i * do_strides.row + 8 * part);
-    sum = dot8<T>(o, g);
-    float4* zero = reinterpret_cast<float4*>(dQacc + src * D + 8 * part);
-    zero[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    zero[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const T* o_row = O + o_strides.head_offset(bh, heads) + i * o_strides.row;
+    const T* do_row = dO + do_strides.head_offset(bh, heads) + i * do_strides.row;
+#pragma unroll
+    for (int c = VEC * part; c < D; c += VEC * LANES) {
+      const auto o = *reinterpret_cast<const Chunk<T, VEC>*>(o_row + c);
+      const auto g = *reinterpret_cast<const Chunk<T, VEC>*>(do_row + c);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += to_float(g.e[e]) * to_float(o.e[e]);
+      *reinterpret_cast<Chunk<float, VEC>*>(dQacc + src * D + c) = Chunk<float, VEC>{};
+    }
   }
-  // Every lane takes part (the mask names the whole warp); the row's LANES lanes sum theirs.
+  // Every lane takes part (the mask names the whole warp); the row's LANES lanes add theirs.
 #pragma unroll
   for (int off = LANES / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (in_grid && part == 0) {
@@ -573,40 +546,27 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
   }
 }
 
-/// Kernel 3: dQ = scale·dQacc, rounded to T, two elements a thread a step. Swizzled (stage
-/// 13's layout of dQacc), element (q, c) of a head's dQ is read from column c XOR 8·(q % 8) of
-/// dQacc's row q: the 8-column groups of each row of 64 columns stored in another order.
-template <typename T, bool SWIZZLED>
+/// Kernel 3: dQ = scale·dQacc, rounded to T, VEC elements a thread a step: VEC = 8 (two
+/// 16-byte loads, one 16-byte store) where dQ starts on 16 bytes, else VEC = 2. Swizzled
+/// (stage 13's layout of dQacc), element (q, c) of a head's dQ is read from column
+/// c XOR 8·(q % 8) of dQacc's row q: the 8-column groups of each row of 64 columns stored in
+/// another order, which moves a step's VEC columns together.
+template <typename T, int VEC, bool SWIZZLED>
 __global__ void __launch_bounds__(256)
-    convert_dq_kernel(const float* dQacc, T* dQ, int64_t pairs, float scale, int dim, int seq_q) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < pairs;
+    convert_dq_kernel(const float* dQacc, T* dQ, int64_t steps, float scale, int dim, int seq_q) {
+  static_assert(VEC == 2 || VEC == 8, "whole pairs, within an 8-column group");
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < steps;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t from = k;
     if constexpr (SWIZZLED) {
-      const int64_t row = 2 * k / dim;  // the row of all heads' rows; its row in the head: row % seq_q
-      from = k ^ (4 * (row % seq_q % 8));  // pairs: 8 columns are 4 pairs
+      const int64_t row = VEC * k / dim;  // the row of all heads' rows; its row in the head: row % seq_q
+      from = k ^ (8 / VEC * (row % seq_q % 8));  // 8 columns are 8 / VEC steps
     }
-    const float2 v = reinterpret_cast<const float2*>(dQacc)[from];
-    reinterpret_cast<uint32_t*>(dQ)[k] = pack2<T>(scale * v.x, scale * v.y);
-  }
-}
-
-/// Kernel 3 in 16-byte stores, where dQ starts on 16 bytes: eight elements a thread a step,
-/// read as two 16-byte loads of dQacc (an 8-column group, which the swizzle moves whole).
-template <typename T, bool SWIZZLED>
-__global__ void __launch_bounds__(256)
-    convert_dq_kernel_wide(const float* dQacc, T* dQ, int64_t groups, float scale, int dim, int seq_q) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < groups;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t from = k;
-    if constexpr (SWIZZLED) {
-      const int64_t row = 8 * k / dim;  // as convert_dq_kernel: group c of row q from group c XOR (q % 8)
-      from = k ^ (row % seq_q % 8);
-    }
-    const float4 a = reinterpret_cast<const float4*>(dQacc)[2 * from];
-    const float4 b = reinterpret_cast<const float4*>(dQacc)[2 * from + 1];
-    reinterpret_cast<uint4*>(dQ)[k] = make_uint4(pack2<T>(scale * a.x, scale * a.y), pack2<T>(scale * a.z, scale * a.w),
-                                                 pack2<T>(scale * b.x, scale * b.y), pack2<T>(scale * b.z, scale * b.w));
+    const auto v = reinterpret_cast<const Chunk<float, VEC>*>(dQacc)[from];
+    Chunk<uint32_t, VEC / 2> out;
+#pragma unroll
+    for (int e = 0; e < VEC / 2; ++e) out.e[e] = pack2<T>(scale * v.e[2 * e], scale * v.e[2 * e + 1]);
+    reinterpret_cast<Chunk<uint32_t, VEC / 2>*>(dQ)[k] = out;
   }
 }
 
@@ -630,43 +590,25 @@ void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, 
     tc::with_mma_type(p.dtype, stage.c_str(), [&](auto type) {
       using T = decltype(type);
       constexpr int D = decltype(dim)::value;
-      const auto o = static_cast<const T*>(t.o);
-      const auto d_o = static_cast<const T*>(t.d_o);
-      if (wide) {
-        prepare_kernel_wide<T, D><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
-            o, d_o, layout.o, layout.d_o, p.heads, t.lse, ws.lse2, ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
-      } else {
-        prepare_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
-            o, d_o, layout.o, layout.d_o, p.heads, t.lse, ws.lse2, ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
-      }
+      const auto kernel = wide ? prepare_kernel<T, D, 8> : prepare_kernel<T, D, 1>;
+      kernel<<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
+          static_cast<const T*>(t.o), static_cast<const T*>(t.d_o), layout.o, layout.d_o, p.heads, t.lse, ws.lse2,
+          ws.Dvec, ws.dQacc, p.seq_q, seq_q_pad, padded_rows);
     });
   });
   FA_CHECK_LAUNCH("prepare_kernel");
 }
 
 void finish_dq(const AttentionProblem& p, const Workspace& ws, void* dq, bool swizzled) {
-  const int64_t pairs = p.q_elems() / 2;
-  const int64_t blocks = std::min<int64_t>((pairs + 255) / 256, 65535);
+  const bool wide = reinterpret_cast<uintptr_t>(dq) % 16 == 0;  // 16 bytes a store (d is a multiple of 8)
+  const int64_t steps = p.q_elems() / (wide ? 8 : 2);
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((steps + 255) / 256, 65535));
   tc::with_mma_type(p.dtype, "finish_dq", [&](auto type) {
     using T = decltype(type);
-    const int dim = static_cast<int>(p.dim), seq_q = static_cast<int>(p.seq_q);
-    if (reinterpret_cast<uintptr_t>(dq) % 16 == 0) {  // 16 bytes a store (d is a multiple of 8)
-      const int64_t groups = p.q_elems() / 8;
-      const auto blocks_wide = static_cast<unsigned>(std::min<int64_t>((groups + 255) / 256, 65535));
-      if (swizzled) {
-        convert_dq_kernel_wide<T, true><<<blocks_wide, 256, 0, fa::stream()>>>(ws.dQacc, static_cast<T*>(dq), groups,
-                                                                              p.scale, dim, seq_q);
-      } else {
-        convert_dq_kernel_wide<T, false><<<blocks_wide, 256, 0, fa::stream()>>>(ws.dQacc, static_cast<T*>(dq), groups,
-                                                                               p.scale, dim, seq_q);
-      }
-    } else if (swizzled) {
-      convert_dq_kernel<T, true><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
-          ws.dQacc, static_cast<T*>(dq), pairs, p.scale, dim, seq_q);
-    } else {
-      convert_dq_kernel<T, false><<<static_cast<unsigned>(blocks), 256, 0, fa::stream()>>>(
-          ws.dQacc, static_cast<T*>(dq), pairs, p.scale, dim, seq_q);
-    }
+    const auto kernel = wide ? (swizzled ? convert_dq_kernel<T, 8, true> : convert_dq_kernel<T, 8, false>)
+                             : (swizzled ? convert_dq_kernel<T, 2, true> : convert_dq_kernel<T, 2, false>);
+    kernel<<<blocks, 256, 0, fa::stream()>>>(ws.dQacc, static_cast<T*>(dq), steps, p.scale, static_cast<int>(p.dim),
+                                             static_cast<int>(p.seq_q));
   });
   FA_CHECK_LAUNCH("convert_dq_kernel");
 }

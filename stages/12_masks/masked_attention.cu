@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       // O / l, once, and the log-sum-exp, written as stage 08 writes them (16 bytes a store at
       // d = 128 where O is 16-byte aligned, else two neighbouring values a time). A row that saw
       // no key has l = 0: O = 0 and lse = −inf.
-      const bool wide = S::wide_o_d128 && D == 128 && reinterpret_cast<uintptr_t>(O) % 16 == 0;
+      const bool wide = tc::store_c_wide(S::wide_o_d128 && D == 128, O);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);

@@ -469,9 +469,9 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       it += n_tiles;
 
       // O / l, once, and the log-sum-exp. At d = 128 each thread writes 16 bytes a store, after
-      // a transpose across its quad (tuning.h's wide_o_d128; O's strides are whole 16 bytes, so
-      // O's own address says whether every row is aligned); at d = 64 two neighbouring values.
-      const bool wide = S::wide_o_d128 && D == 128 && reinterpret_cast<uintptr_t>(O) % 16 == 0;
+      // a transpose across its quad (tuning.h's wide_o_d128, where O starts on 16 bytes); at
+      // d = 64, or O elsewhere, two neighbouring values a store.
+      const bool wide = tc::store_c_wide(S::wide_o_d128 && D == 128, O);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
