@@ -168,10 +168,10 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
   }
 }
 
-/// Whether store_c_row may take its 16-byte path for rows of D columns in a tensor starting at
-/// `base`: where a stage's tuning asks for it at this head dim (`tuned`), and `base` is on
-/// 16 bytes. A tensor whose strides are whole 16 bytes (require_copyable) then has every row
-/// aligned, and the answer is the same for every lane, as store_c_row needs.
+/// Whether store_c_row may take its 16-byte path for the rows of a tensor starting at `base`:
+/// where a stage's tuning asks for it at this head dim (`tuned`), and `base` is on 16 bytes.
+/// A tensor whose strides are whole 16 bytes (require_copyable) then has every row aligned,
+/// and the answer is the same for every lane, as store_c_row needs.
 __device__ __forceinline__ bool store_c_wide(bool tuned, const void* base) {
   return tuned && reinterpret_cast<uintptr_t>(base) % 16 == 0;
 }
