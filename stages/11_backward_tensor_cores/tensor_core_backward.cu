@@ -198,7 +198,7 @@ __device__ __forceinline__ int xor_in_row(int lane, int delta) { return (lane ^ 
 /// 16 bytes for 8 floats); the pointer must be aligned to the access.
 template <typename E, int VEC>
 struct alignas(VEC * sizeof(E) < 16 ? VEC * sizeof(E) : 16) Chunk {
-  E e[VEC];
+  E e[VEC];  ///< the elements, in order
 };
 
 /// Kernel 1, for each row of the padded workspace [B·H][Nq_pad]: D_i = Σ_c dO_ic·O_ic and
