@@ -579,9 +579,10 @@ void prepare(const AttentionProblem& p, const Tensors& t, const Layout& layout, 
              const std::string& stage) {
   const int64_t seq_q_pad = padded_seq_q(p);
   const int64_t padded_rows = p.batch_heads() * seq_q_pad;
-  // 16 bytes a thread where O and dO allow it (D/8 threads a row), else a warp a row.
+  // 16 bytes a thread where O and dO allow it, else one element; a row has min(32, D/VEC)
+  // threads, as prepare_kernel counts them.
   const bool wide = wide_ok(t.o, layout.o) && wide_ok(t.d_o, layout.d_o);
-  const int64_t rows_a_block = wide ? 256 / (p.dim / 8) : 8;
+  const int64_t rows_a_block = 256 / std::min<int64_t>(32, p.dim / (wide ? 8 : 1));
   const int64_t blocks = (padded_rows + rows_a_block - 1) / rows_a_block;
   if (blocks > 0x7fffffff) {
     throw InputError(stage + ": the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
