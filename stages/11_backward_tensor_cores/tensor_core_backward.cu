@@ -61,7 +61,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "common/cuda_check.h"
