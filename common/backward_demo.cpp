@@ -59,15 +59,16 @@ class BackwardDemo final : public Demo {
   std::optional<int> setup(const DemoOptions& o, const ArgParser& a) override {
     opt_ = o;
     backward_ = pick_variant(stage_.variants, o.variant, id(), stage_.run, &variant_);
-    StageDemo types;  // the driver's check of --dtype, with its message
-    types.id = stage_.id;
-    types.dtypes = stage_.dtypes;
-    dtype_ = stage_dtype(types, o.dtype);
+    checks_.id = stage_.id;  // the driver's checks of --dtype and --dim, with their messages
+    checks_.dtypes = stage_.dtypes;
+    checks_.head_dims = stage_.head_dims;
+    dtype_ = stage_dtype(checks_, o.dtype);
     if (!o.load_dir.empty()) {
       for (const char* f : {"batch", "heads", "seq-q", "seq-kv", "dim", "seed", "magnitude"}) {
         if (a.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
       }
     } else {
+      if (o.dim > 0) checks_.require_dim(o.dim);  // before make_problem's: it names the stage's dims
       p_ = make_problem(o.batch, o.heads, o.seq_q, o.seq_kv, o.dim, o.scale, o.causal, dtype_);
     }
     return std::nullopt;
@@ -77,6 +78,7 @@ class BackwardDemo final : public Demo {
     if (!opt_.load_dir.empty()) {  // Q, K, V and dO from the files; the shape comes from them
       p_.dtype = dtype_;  // the values are rounded to it
       in_ = load_npy_inputs(opt_.load_dir, opt_.scale, opt_.causal, &p_);
+      checks_.require_dim(p_.dim);
       NpyArray g = load_npy(opt_.load_dir + "/do.npy");
       if (g.shape != std::vector<int64_t>{p_.batch, p_.heads, p_.seq_q, p_.dim}) {
         throw InputError("do.npy must have the shape of q.npy");
@@ -202,6 +204,7 @@ class BackwardDemo final : public Demo {
   }
 
   const BackwardStageDemo stage_;
+  StageDemo checks_;           // the stage's types and head dims, for the driver's checks of --dtype and --dim
   int64_t check_heads_ = 2;    // --check-heads
   BackwardStageRun backward_;  // the finished pass or a --variant's
   std::string variant_;        // the --variant's name and summary, if one was given

@@ -41,6 +41,7 @@ struct BackwardStageDemo {
   std::string title;  ///< the report's title
   std::string about;  ///< what --help says under the program's name
   std::vector<DType> dtypes;  ///< element types it runs; the first is the default --dtype
+  std::vector<int64_t> head_dims;  ///< head dims it runs; empty: every one of supported_head_dims()
   std::string forward_name;   ///< the forward stage that runs first, e.g. "stage 05"
   /// Enqueues that forward pass: O (p.dtype) and each row's lse from Q, K, V, and into
   /// `stats` (null where stats_bytes is 0) the row statistics the backward pass reads.

@@ -113,8 +113,9 @@ class ForwardDemo final : public Demo {
         if (parser.given(f)) throw UsageError(std::string("--") + f + " cannot be combined with --load");
       }
     } else {
+      // The stage's own head dims first, so that the message names the ones it runs.
+      if (opt.dim > 0) stage_.require_dim(opt.dim);
       p_ = make_problem(opt.batch, opt.heads, opt.seq_q, opt.seq_kv, opt.dim, opt.scale, opt.causal, p_.dtype);
-      stage_.require_dim(p_);
     }
     if (opt.causal && !stage_.supports_causal) throw InputError("stage " + stage_.id + " does not support --causal yet");
     sparse_ = parser.given("block-density");
@@ -129,7 +130,7 @@ class ForwardDemo final : public Demo {
   DemoFootprint footprint(const DeviceInfo& device) override {
     if (!opt_.load_dir.empty()) {
       in_ = load_npy_inputs(opt_.load_dir, opt_.scale, opt_.causal, &p_);
-      stage_.require_dim(p_);
+      stage_.require_dim(p_.dim);
     }
     DemoFootprint f;
     f.shape = describe(p_);
@@ -313,13 +314,13 @@ bool StageDemo::runs_dim(int64_t d) const {
   return false;
 }
 
-void StageDemo::require_dim(const AttentionProblem& p) const {
-  if (runs_dim(p.dim)) return;
+void StageDemo::require_dim(int64_t d) const {
+  if (runs_dim(d)) return;
   std::string list;
   for (std::size_t i = 0; i < head_dims.size(); ++i) {
     list += (i == 0 ? "" : (i + 1 == head_dims.size() ? " or " : ", ")) + std::to_string(head_dims[i]);
   }
-  throw InputError("stage " + id + ": head dim " + std::to_string(p.dim) + " is not supported (it runs d = " + list + ")");
+  throw InputError("stage " + id + ": head dim " + std::to_string(d) + " is not supported (it runs d = " + list + ")");
 }
 
 DType stage_dtype(const StageDemo& stage, const std::string& dtype_flag) {

@@ -169,8 +169,8 @@ struct StageDemo {
   bool runs_in(DType t) const;
   /// Whether the stage runs head dim `d` (one the project supports).
   bool runs_dim(int64_t d) const;
-  /// \throws InputError naming the head dims the stage runs, if it does not run p.dim.
-  void require_dim(const AttentionProblem& p) const;
+  /// \throws InputError naming the head dims the stage runs, if it does not run `d`.
+  void require_dim(int64_t d) const;
 };
 
 struct AttentionInputs;

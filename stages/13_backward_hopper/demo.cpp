@@ -32,6 +32,7 @@ fa::BackwardStageDemo describe() {
       "Runs stage 08's forward pass and then this stage on random (or loaded) inputs and a random dO, "
       "checks the gradients against a float64 CPU reference and reports the backward pass's median time.";
   s.dtypes = {fa::DType::F16, fa::DType::BF16};
+  s.head_dims = {64, 128};
   s.forward_name = "stage 08";
   s.forward = [](const fa::AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
                  void* /*stats: none*/) {
