@@ -428,12 +428,15 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
+            // exercise 11-p-ds: element e of the m-tile's n-th C fragment: its key and query, the mask where the tile needs one (keys from kv_valid on; under the causal mask, keys after the query), then Pᵀ = 2^(scale_log2·Sᵀ − lse) into s and dSᵀ = Pᵀ·(dPᵀ − D) into dp, lse and D of the element's own query
+            //   stub: (void)lse_q, (void)D_q, (void)needs_mask;
             const int key = key0 + 16 * m + g + 8 * (e / 2), q = q0 + e % 2;
             float x = s[m][n][e];
             if (needs_mask && (key >= kv_valid || (causal && j0 + key > i0 + q))) x = -INFINITY;
             const float p = fast_exp2<true>(fmaf(x, scale_log2, -(e % 2 ? lse_q.y : lse_q.x)));
             s[m][n][e] = p;
             dp[m][n][e] = p * (dp[m][n][e] - (e % 2 ? D_q.y : D_q.x));
+            // end exercise 11-p-ds
           }
         }
       }
@@ -511,6 +514,8 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
           }
         }
       }
+      // exercise 11-dq-add: add this warp's dq fragments into dQacc_i, two neighbouring floats an atomic_add_vec<2, true>: dq_tile is this lane's first element (its row dq_row of the tile, its first column c0 + 2t), and rows from q_valid on are past Nq
+      //   stub: (void)dq_tile, (void)q_valid;
 #pragma unroll
       for (int mm = 0; mm < DQ_MT; ++mm) {
 #pragma unroll
@@ -523,6 +528,7 @@ __global__ void __launch_bounds__(Config<D, S>::THREADS, Config<D, S>::MIN_BLOCK
           }
         }
       }
+      // end exercise 11-dq-add
     }
   }
   cp_async_wait<0>();  // K_j and V_j, when no Q tile sees this tile (causal, Nq < Nkv)

@@ -297,6 +297,8 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     // and O / l is unchanged; a warp none of whose rows moved skips O's rescale. Returns
     // whether either of this thread's rows moved.
     const auto softmax = [&](float(&alpha)[2]) {
+      // exercise 12-partial: on a partial block (entry's low bit), hide each score of S whose key lies outside its row's range [keys_first[r], keys_last[r]] (S = −inf); a full block has none to hide
+      //   stub: (void)keys_first, (void)keys_last;
       const int j0 = (entry >> 1) * Bc;
       // One test a tile: a full block has no hidden score. On a partial one, a score is kept
       // if its key is in its row's range (which stops at Nkv − 1: the end is masked too).
@@ -310,15 +312,20 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
           }
         }
       }
+      // end exercise 12-partial
       bool moved = false;  // has either row's max moved?
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float mx = tc::quad_max(reduce(r, [](float a, float b) { return fmaxf(a, b); })) * scale_log2;
         const float m_new = Sh::LAZY ? (mx > m[r] + RESCALE_SLACK ? mx : m[r]) : fmaxf(m[r], mx);
+        // exercise 12-no-key: m_sub, what this row's scores are shifted by (its max, where it has one), and alpha[r], the rescale of O and l from m[r] to it, such that a row that has seen no key yet (m_new = −inf) gets P = 0 and alpha = 0, never NaN
+        //   stub: const float m_sub = m_new;
+        //   stub: alpha[r] = dev::fast_exp2<true>(m[r] - m_sub);
         // A row may have seen no key yet (m_new = −inf): subtract 0 instead, so that its
         // hidden scores give 2^−inf = 0, not 2^(−inf + inf) = NaN.
         const float m_sub = m_new == -INFINITY ? 0.0f : m_new;
         alpha[r] = dev::fast_exp2<true>(m[r] - m_sub);  // 0 while m is −inf
+        // end exercise 12-no-key
         moved |= m_new != m[r];
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n) {
