@@ -40,6 +40,8 @@ def main():
     ap.add_argument("--ks", default="1,2,3,4,6,8,12,16,24,32")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", action="store_true",
+                    help="no timing: each mask's plan called twice (the first makes its schedule), for a profiler")
     args = ap.parse_args()
     dev = torch.device("cuda")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
@@ -54,8 +56,8 @@ def main():
         q, kk, v = (torch.randn(b, h, n, d, device=dev, dtype=dtype) for _ in range(3))
         gen = torch.Generator().manual_seed(args.seed)
         dense = fa_stages.MaskPlan(n, n, device=dev)
-        dense_ms = statistics.median(time_ms(lambda: fa_stages.masked_attention(q, kk, v, dense), args.repeats)
-                                     for _ in range(3))
+        dense_ms = 0.0 if args.profile else statistics.median(
+            time_ms(lambda: fa_stages.masked_attention(q, kk, v, dense), args.repeats) for _ in range(3))
         print("B=%d H=%d N=%d d=%d: %d x %d blocks a head; dense %.4f ms" % (b, h, n, d, blocks, blocks, dense_ms))
         print("%4s %10s %10s %10s %10s" % ("k", "same", "random", "line", "random/line"))
         times = {"same": [], "random": []}
@@ -69,11 +71,20 @@ def main():
             for name, keep in (("same", same), ("random", rand)):
                 plan = fa_stages.MaskPlan(n, n, device=dev, block_mask=keep)
                 call = lambda plan=plan: fa_stages.masked_attention(q, kk, v, plan)
+                if args.profile:
+                    call(), call()
+                    torch.cuda.synchronize()
+                    print("profiled: k = %d, %s" % (k, name))
+                    continue
                 t = statistics.median(time_ms(call, args.repeats) for _ in range(3))
                 times[name].append(t)
                 row.append(t)
+            if args.profile:
+                continue
             line = dense_ms * k / blocks
             print("%4d %10.4f %10.4f %10.4f %10.2fx" % (k, row[0], row[1], line, row[1] / line))
+        if args.profile:
+            continue
         for name in ("same", "random"):
             a, slope = fit(ks, times[name])
             print("fit %-6s: time = %.4f + %.5f k ms; a Q tile's own cost = %.2f blocks" % (name, a, slope, a / slope))
