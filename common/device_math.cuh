@@ -69,6 +69,32 @@ __device__ __forceinline__ float fast_exp2(float x) {
 #endif
 }
 
+/// 1 / x: PTX `rcp.approx.ftz.f32` (at most 1 ulp off; denormal x flushed), one instruction
+/// of the special function unit where IEEE division takes a refinement and a slow path. The
+/// CPU backend divides.
+__device__ __forceinline__ float fast_rcp(float x) {
+#ifdef FA_CPU_KERNEL
+  return 1.0f / x;
+#else
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+/// log2 x: PTX `lg2.approx.ftz.f32` (CUDA's `__log2f`: within 2^−22.6 for x in [0.5, 2], 2 ulp
+/// elsewhere), one instruction where `log2f` adds a range reduction. The CPU backend calls
+/// log2f.
+__device__ __forceinline__ float fast_log2(float x) {
+#ifdef FA_CPU_KERNEL
+  return log2f(x);
+#else
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
 /// dst[0 .. N) += v[0 .. N), each element atomically: one 128-bit (or 64-bit) reduction on
 /// GPUs that have them (compute capability 9.0 and later) when VECTOR, N scalar ones otherwise.
 template <int N, bool VECTOR>

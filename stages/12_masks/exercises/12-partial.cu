@@ -98,7 +98,7 @@ struct Smem {
   static constexpr int k = q + QB * Q_BYTES;            ///< STAGES K tiles
   static constexpr int v = k + STAGES * KV_BYTES;       ///< STAGES V tiles
   static constexpr int bars = v + STAGES * KV_BYTES;    ///< q_full[QB], q_empty[QB], k_full[S], v_full[S], empty[S]
-  static constexpr int tile = bars + (2 * QB + 3 * STAGES) * 8;  ///< each Q buffer's tile: 4 ints (TileInShared)
+  static constexpr int tile = bars + (2 * QB + 3 * STAGES) * 8;  ///< each Q buffer's tile: 4 ints (the producer's)
   static constexpr int entry = tile + 16 * QB;          ///< each ring slot's list entry (an int)
   static constexpr int bytes = entry + 4 * STAGES + 1024;  ///< + slack to align the base
 };
@@ -160,8 +160,9 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
   uint64_t* k_full = q_empty + QB;
   uint64_t* v_full = k_full + STAGES;
   uint64_t* empty = v_full + STAGES;
-  // [QB][4]: the tile number, its Q tile, head and list length, as the producer found them
-  // (the consumers then wait on no load from global memory to start a tile)
+  // [QB][4]: the Q tile (−1: no more), its list's length, its batch and its head, as the producer
+  // found them (the consumers then wait on no load from global memory, and do no division, for
+  // a tile)
   volatile int* tile_info = reinterpret_cast<volatile int*>(smem + L::tile);
   volatile int* slot_entry = reinterpret_cast<volatile int*>(smem + L::entry);  // [STAGES]: the tile in each slot
 
@@ -198,10 +199,10 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         order.coords(t, qt, bh);
         const int* list = tables.list + tables.list_at[qt];
         const int n_tiles = tables.list_at[qt + 1] - tables.list_at[qt];
-        tile_info[4 * b] = t;  // published by the arrive below
-        tile_info[4 * b + 1] = qt;
-        tile_info[4 * b + 2] = bh;
-        tile_info[4 * b + 3] = n_tiles;
+        tile_info[4 * b] = qt;  // published by the arrive below
+        tile_info[4 * b + 1] = n_tiles;
+        tile_info[4 * b + 2] = bh / order.h;
+        tile_info[4 * b + 3] = bh % order.h;
         if (n_tiles == 0) {  // every block of the Q tile is empty: no Q to copy
           mbarrier_arrive(&q_full[b]);
         } else {
@@ -399,8 +400,9 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     for (int n = 0;; ++n) {
       qb = n % QB;
       mbarrier_wait(&q_full[qb], (n / QB) & 1);
-      if (tile_info[4 * qb] < 0) break;
-      const int qt = tile_info[4 * qb + 1], bh = tile_info[4 * qb + 2], n_tiles = tile_info[4 * qb + 3];
+      const int qt = tile_info[4 * qb];
+      if (qt < 0) break;
+      const int n_tiles = tile_info[4 * qb + 1], batch = tile_info[4 * qb + 2], head = tile_info[4 * qb + 3];
       i0 = qt * BR;
       row0 = i0 + 64 * cw + 16 * warp + g;
       for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
@@ -444,20 +446,24 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
 
       // O / l, once, and the log-sum-exp, written as stage 08 writes them (16 bytes a store at
       // d = 128 where O is 16-byte aligned, else two neighbouring values a time). A row that saw
-      // no key has l = 0: O = 0 and lse = −inf.
+      // no key has l = 0: O = 0 and lse = −inf. Each Q tile ends here, both consumers at once,
+      // so the chain is kept short: the head's offset from the producer's batch and head (no
+      // division), 1 / l and log2 l by the special function unit's approximations (1 ulp, and 2
+      // ulp or 2^−22.6: far below the rounding of O to 16 bits, and of the lse's tolerance).
       const bool wide = tc::store_c_wide(S::wide_o_d128 && D == 128, O);
+      T* const o_head = O + batch * o_strides.batch + head * o_strides.head;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int row = row0 + 8 * r;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        T* o_row = O + o_strides.head_offset(bh, order.h) + static_cast<int64_t>(row) * o_strides.row;
+        const float inv = l[r] > 0.0f ? dev::fast_rcp(l[r]) : 0.0f;
+        T* o_row = o_head + static_cast<int64_t>(row) * o_strides.row;
         tc::store_c_row<T, D>(o_row, o, r, inv, t, wide, row < seq_q);  // rows past Nq: not written
         if (row >= seq_q) continue;
         if (lse && t == 0) {
-          lse[static_cast<int64_t>(bh) * seq_q + row] =
-              l[r] > 0.0f ? (m[r] + log2f(l[r])) * 0.6931471805599453f : -INFINITY;
+          lse[static_cast<int64_t>(batch * order.h + head) * seq_q + row] =
+              l[r] > 0.0f ? (m[r] + dev::fast_log2(l[r])) * 0.6931471805599453f : -INFINITY;
         }
       }
     }
