@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -96,6 +97,24 @@ inline BackwardRun run_backward_check(const AttentionProblem& p, uint64_t seed, 
   r.check = check_attention_backward(p, out.in, out.d_o, out.got, sample_indices(p.batch_heads(), p.batch_heads()));
   r.got = std::move(out.got);
   return r;
+}
+
+/// The exercises' battery of a 16-bit backward stage: B = 1, H = 2, fp16 and bf16 at d = 64 and
+/// 128, Nq × Nkv of 1 × 1, 70 × 130, 130 × 70 causal and 100 × 300 causal, each run checked
+/// whole against the float64 reference (seeds from `seed` + 1 on); `workspace_bytes` is the
+/// stage's.
+inline void require_gradients_battery(const Backward16& backward,
+                                      const std::function<std::size_t(const AttentionProblem&)>& workspace_bytes,
+                                      uint64_t seed) {
+  for (DType t : {DType::F16, DType::BF16}) {
+    for (int64_t d : {64, 128}) {
+      for (auto [nq, nkv, causal] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+               {1, 1, false}, {70, 130, false}, {130, 70, true}, {100, 300, true}}) {
+        const AttentionProblem p = make_problem(1, 2, nq, nkv, d, 0.0, causal, t);
+        require_passed(p, run_backward_check(p, ++seed, backward, workspace_bytes(p)).check);
+      }
+    }
+  }
 }
 
 /// A strided backward stage (its attention_backward_strided) as a Backward16 that reads Q, K,

@@ -24,6 +24,7 @@
 #include "common/stream.h"
 #include "stages/12_masks/masked_attention.h"
 #include "tests/catch.h"
+#include "tests/mask_check.h"
 #include "tests/stage_check.h"
 
 namespace fa::masks::planted {
@@ -40,33 +41,10 @@ const std::vector<fa::DType> kTypes = {fa::DType::F16, fa::DType::BF16};
 // Longer sequences on the GPU, where they cost nothing; on the CPU backend a few tiles.
 constexpr int64_t kN = FA_CPU_BACKEND ? 300 : 1000;
 
-// Stage 12 under `mask`, its plan made for each call.
-fa::test::StageFn under(const fa::Mask& mask) {
-  return [mask](const fa::AttentionProblem& p, const fa::DeviceTensors& t) {
-    fa::masks::attention(p, t.q, t.k, t.v, t.o, t.lse, mask);
-  };
-}
-
-// Runs stage 12 under `mask` on fresh inputs (seed) and REQUIREs that it matches the
-// reference of the masked problem, every row and its log-sum-exp.
-void check_mask(const fa::AttentionProblem& p, const fa::Mask& mask, uint64_t seed, float magnitude = 1.0f) {
-  INFO("mask: " << mask.describe());
-  const fa::AttentionInputs in = fa::random_inputs(p, seed, magnitude);
-  fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, under(mask), true, &mask));
-}
-
-fa::Mask window(int64_t left, int64_t right) {
-  fa::Mask m;
-  m.window_left = left;
-  m.window_right = right;
-  return m;
-}
-
-fa::Mask documents(std::vector<int64_t> lengths) {
-  fa::Mask m;
-  m.doc_lengths = std::move(lengths);
-  return m;
-}
+using fa::test::check_mask;
+using fa::test::documents;
+using fa::test::window;
+const auto under = fa::test::masked_stage;
 
 }  // namespace
 

@@ -13,26 +13,12 @@
 #include "common/problem.h"
 #include "stages/12_masks/masked_attention.h"
 #include "tests/catch.h"
-#include "tests/stage_check.h"
+#include "tests/mask_check.h"
 
 namespace {
 
-fa::Mask window(int64_t left, int64_t right) {
-  fa::Mask m;
-  m.window_left = left;
-  m.window_right = right;
-  return m;
-}
-
-// Stage 12 under `mask` on fresh inputs (seed): every row and its lse against the reference.
-void check_mask(const fa::AttentionProblem& p, const fa::Mask& mask, uint64_t seed) {
-  INFO("mask: " << mask.describe());
-  const fa::test::StageFn stage = [mask](const fa::AttentionProblem& q, const fa::DeviceTensors& t) {
-    fa::masks::attention(q, t.q, t.k, t.v, t.o, t.lse, mask);
-  };
-  const fa::AttentionInputs in = fa::random_inputs(p, seed, 1.0f);
-  fa::test::require_passed(p, fa::test::run_and_check_inputs(p, in, stage, /*with_lse=*/true, &mask));
-}
+using fa::test::check_mask;
+using fa::test::window;
 
 void masks_battery() {
   uint64_t seed = 1200;

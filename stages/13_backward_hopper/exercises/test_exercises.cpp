@@ -8,7 +8,6 @@
 // exercises` runs them.
 #include <cstddef>
 #include <cstdint>
-#include <tuple>
 #include <vector>
 
 #include "common/dtype.h"
@@ -25,16 +24,8 @@ fa::test::BackwardRun run(const fa::AttentionProblem& p, uint64_t seed, const fa
 }
 
 void gradients_battery() {
-  uint64_t seed = 1300;
-  for (fa::DType t : {fa::DType::F16, fa::DType::BF16}) {
-    for (int64_t d : {64, 128}) {
-      for (auto [nq, nkv, causal] : std::vector<std::tuple<int64_t, int64_t, bool>>{
-               {1, 1, false}, {70, 130, false}, {130, 70, true}, {100, 300, true}}) {
-        const fa::AttentionProblem p = fa::make_problem(1, 2, nq, nkv, d, 0.0, causal, t);
-        fa::test::require_passed(p, run(p, ++seed, fa::hopper_backward::attention_backward).check);
-      }
-    }
-  }
+  fa::test::require_gradients_battery(fa::hopper_backward::attention_backward, fa::hopper_backward::workspace_bytes,
+                                      1300);
 }
 
 // The first index at which two runs' values differ (bits), or -1.
