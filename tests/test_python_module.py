@@ -469,8 +469,11 @@ def compiled(device):
         return
     from torch import _dynamo  # noqa: PLC0415 - only where torch.compile exists
 
+    # Only operations that round the same in every implementation around the operator (q · 0.5
+    # is exact, so + 1 rounds once, fused or not): a transcendental such as tanh may differ by
+    # an ulp between eager and generated code, and then O would too.
     def layer(q, k, v):
-        return fa_stages.attention(torch.tanh(q), k * 2, v, causal=True) * 3
+        return fa_stages.attention(q * 0.5 + 1, k * 2, v, causal=True) * 3
 
     for dtype in (torch.float32,) if device == "cpu" else (torch.float32, torch.bfloat16):
         what = "torch.compile, %s: " % str(dtype).replace("torch.", "")
@@ -485,7 +488,7 @@ def compiled(device):
         check(explained.graph_break_count == 0, what + "no graph break (%d)" % explained.graph_break_count)
         got = torch.compile(layer, fullgraph=True)(q, k, v)
         got.backward(grad_o)
-        check(torch.equal(got, want), what + "the same O as eager")
+        check(torch.equal(got, want), what + "the same O as eager (largest difference %.3g)" % max_error(got, want))
         # dQ is summed with atomics, in no fixed order: equal up to a rounding of the dtype.
         tol = 1e-5 if dtype == torch.float32 else 2 ** -7
         check(all(torch.allclose(t.grad, g, rtol=tol, atol=tol) for t, g in zip((q, k, v), grads)),
