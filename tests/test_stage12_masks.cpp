@@ -44,14 +44,14 @@ constexpr int64_t kN = FA_CPU_BACKEND ? 300 : 1000;
 using fa::test::check_mask;
 using fa::test::documents;
 using fa::test::window;
-const auto under = fa::test::masked_stage;
+using fa::test::masked_stage;
 
 }  // namespace
 
 TEST_CASE("stage 12 with no mask but the causal one matches the reference", "[stage12]") {
   for (fa::DType dtype : kTypes) {
     INFO(fa::dtype_name(dtype));
-    fa::test::check_attention_stage(under(fa::Mask{}), /*with_lse=*/true, /*causal=*/true, dtype, kDims);
+    fa::test::check_attention_stage(masked_stage(fa::Mask{}), /*with_lse=*/true, /*causal=*/true, dtype, kDims);
   }
 }
 
@@ -371,8 +371,9 @@ TEST_CASE("stage 12 refuses what it cannot run with a clear message", "[stage12]
   REQUIRE_THROWS_WITH(fa::masks::attention(longer, nullptr, nullptr, nullptr, nullptr, nullptr, plan),
                       fa::test::HasSubstring("plan was made for Nq = 300"));
   const fa::AttentionProblem p32 = fa::make_problem(1, 1, 300, 300, 32, 0.0, false, fa::DType::F16);
-  REQUIRE_THROWS_WITH(under(fa::Mask{})(p32, none), fa::test::HasSubstring("head dim 32 is not supported"));
-  REQUIRE_THROWS_WITH(under(fa::Mask{})(fa::make_problem(1, 1, 8, 8, 64), none), fa::test::HasSubstring("fp16 or bf16"));
+  REQUIRE_THROWS_WITH(masked_stage(fa::Mask{})(p32, none), fa::test::HasSubstring("head dim 32 is not supported"));
+  REQUIRE_THROWS_WITH(masked_stage(fa::Mask{})(fa::make_problem(1, 1, 8, 8, 64), none),
+                      fa::test::HasSubstring("fp16 or bf16"));
 }
 
 // The planted copy computes partial blocks as full ones: hidden scores inside a partial
@@ -387,6 +388,6 @@ TEST_CASE("a kernel that does not mask partial blocks fails the checks", "[stage
     const fa::AttentionInputs in = fa::random_inputs(p, 21);
     INFO("mask: " << mask.describe());
     REQUIRE_FALSE(fa::test::run_and_check_inputs(p, in, planted, true, &mask).check.passed());
-    REQUIRE(fa::test::run_and_check_inputs(p, in, under(mask), true, &mask).check.passed());
+    REQUIRE(fa::test::run_and_check_inputs(p, in, masked_stage(mask), true, &mask).check.passed());
   }
 }

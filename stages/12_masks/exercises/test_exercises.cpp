@@ -18,6 +18,7 @@
 namespace {
 
 using fa::test::check_mask;
+using fa::test::documents;
 using fa::test::window;
 
 void masks_battery() {
@@ -33,9 +34,7 @@ void masks_battery() {
       const fa::AttentionProblem both = fa::make_problem(1, 2, 300, 260, d, 0.0, false, t);
       check_mask(both, window(60, 30), ++seed);
       // Packed documents, one of them a single row.
-      fa::Mask docs;
-      docs.doc_lengths = {90, 1, 150, 59};
-      check_mask(causal, docs, ++seed);
+      check_mask(causal, documents({90, 1, 150, 59}), ++seed);
       // A block mask: dropped tiles are skipped, kept ones are full.
       check_mask(both, fa::block_sparse(fa::random_block_mask(both, 128, 128, 0.6, ++seed)), seed);
       // Nkv = 150, a window of 10 either side: rows past 160 see no key, Q tiles 2 and 3 nothing.
