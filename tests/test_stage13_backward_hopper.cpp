@@ -38,6 +38,10 @@ namespace fa::hopper_backward::early_release_d64 {
 // The third: the same on the d = 64 path, where the tile waits for all three products at once.
 void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
 }  // namespace fa::hopper_backward::early_release_d64
+namespace fa::hopper_backward::no_dq_barrier {
+// The fourth: no named barrier of the two consumers before dQ's product.
+void attention_backward(const AttentionProblem& p, const Tensors& t, void* workspace);
+}  // namespace fa::hopper_backward::no_dq_barrier
 #endif
 
 namespace {
@@ -371,3 +375,38 @@ TEST_CASE("stage 13: the checks catch planted bugs", "[stage13][planted]") {
                       fa::test::HasSubstring("overwrites shared memory") && fa::test::HasSubstring("still reads"));
 #endif
 }
+
+#if FA_CPU_BACKEND
+// The emulation's usual schedule takes every thread to its next wait in turn, so the two
+// consumer warpgroups reach dQ's product together and each one's half of dS is written
+// before the other reads it, barrier or not. Here one consumer runs ahead until it waits for
+// something the other must do (fa_cpu::Options::lead_warpgroup), each of them in turn, and so
+// does the producer: the kernel must pass, and the copy without the barrier before dQ must
+// not.
+TEST_CASE("stage 13: a consumer ahead of the other (the CPU backend's skewed schedule)", "[stage13]") {
+  struct Lead {
+    explicit Lead(int group) { fa_cpu::options().lead_warpgroup = group; }
+    ~Lead() { fa_cpu::options().lead_warpgroup = -1; }
+  };
+  for (int group : {0, 1, 2}) {
+    const Lead lead(group);
+    for (int64_t d : kDims) {
+      const bool causal = (group + d / 64) % 2 == 1;  // each head dim with and without the mask
+      INFO("warpgroup " << group << " ahead, d = " << d << (causal ? ", causal" : ""));
+      const fa::AttentionProblem p = problem(1, 2, 300, 200, d, causal, fa::DType::F16);
+      require_passed(p, run_and_check(p, 11 + group).check);
+    }
+  }
+  for (int group : {1, 2}) {
+    const Lead lead(group);
+    for (int64_t d : kDims) {
+      INFO("warpgroup " << group << " ahead, d = " << d << ", no barrier before dQ");
+      const fa::AttentionProblem p = problem(1, 1, 200, 130, d, false, fa::DType::F16);
+      const fa::GradientCheck c = run_and_check(p, 5, 1.0f, fa::hopper_backward::no_dq_barrier::attention_backward).check;
+      CHECK_FALSE(c.dq.passed());
+      CHECK(c.dk.passed());
+      CHECK(c.dv.passed());
+    }
+  }
+}
+#endif

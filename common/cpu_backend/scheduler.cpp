@@ -540,7 +540,24 @@ void start_block(Block& b, uint3 idx, bool interleaved) {
 // another block may release what this one waits for (a flag in global memory).
 bool step_block(Block& b, const std::vector<int>& order, bool alone) {
   bool progressed = false;
+  // Options::lead_warpgroup: the one warpgroup whose threads run this round.
+  int group = -1;
+  if (const int lead = options().lead_warpgroup; lead >= 0) {
+    const int threads = static_cast<int>(b.threads.size()), groups = (threads + 127) / 128;
+    for (int k = 0; k < groups && group < 0; ++k) {
+      const int g = (lead + k) % groups;
+      for (int i = 128 * g; i < std::min(threads, 128 * (g + 1)); ++i) {
+        Thread& t = b.threads[static_cast<std::size_t>(i)];
+        if (t.state == State::Blocked && t.ready()) t.state = State::Ready;
+        if (t.state == State::Ready) {
+          group = g;
+          break;
+        }
+      }
+    }
+  }
   for (int i : order) {
+    if (group >= 0 && i / 128 != group) continue;
     Thread& t = b.threads[static_cast<std::size_t>(i)];
     if (t.state == State::Blocked && t.ready()) t.state = State::Ready;
     if (t.state != State::Ready) continue;

@@ -51,6 +51,15 @@ struct Options {
    */
   int blocks_at_once = 1;
   unsigned shake_seed = 1;  ///< seeds the shuffled orders (the same seed, the same orders)
+  /**
+   * -1: each round of the scheduler runs every thread that can go on to its next wait, so a
+   * block's warpgroups (128 threads each) advance together. N >= 0: a round runs only the
+   * first warpgroup, counting from N (N, N + 1, ... wrapping), that has a thread that can go
+   * on, so warpgroup N runs ahead until it waits for something the others must do. Two
+   * warpgroups that share data with no barrier between them then meet out of order, as they
+   * may on a GPU (stage 13's consumers before dQ).
+   */
+  int lead_warpgroup = -1;
 };
 /// The current options. FA_CPU_SHAKE=1 in the environment turns on reverse_threads and
 /// poison_shared and sets blocks_at_once to 4; FA_CPU_SHAKE_BLOCKS=N sets blocks_at_once,
