@@ -104,6 +104,28 @@ class BlocksInFlight {
 #endif
 };
 
+/// For its lifetime, on the CPU backend: warpgroup `group` of each block runs ahead of the
+/// others until it waits for something they must do (fa_cpu::Options::lead_warpgroup), so
+/// that warpgroups sharing data without a barrier meet out of order. On a GPU it does nothing.
+class WarpgroupAhead {
+ public:
+  explicit WarpgroupAhead([[maybe_unused]] int group) {
+#if FA_CPU_BACKEND
+    fa_cpu::options().lead_warpgroup = group;
+#endif
+  }
+#if FA_CPU_BACKEND
+  ~WarpgroupAhead() { fa_cpu::options() = saved_; }
+#endif
+  WarpgroupAhead(const WarpgroupAhead&) = delete;
+  WarpgroupAhead& operator=(const WarpgroupAhead&) = delete;
+
+#if FA_CPU_BACKEND
+ private:
+  fa_cpu::Options saved_ = fa_cpu::options();
+#endif
+};
+
 /// Enqueues one forward pass of the stage under test.
 using StageFn = std::function<void(const AttentionProblem&, const DeviceTensors&)>;
 

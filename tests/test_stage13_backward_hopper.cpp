@@ -384,12 +384,8 @@ TEST_CASE("stage 13: the checks catch planted bugs", "[stage13][planted]") {
 // does the producer: the kernel must pass, and the copy without the barrier before dQ must
 // not.
 TEST_CASE("stage 13: a consumer ahead of the other (the CPU backend's skewed schedule)", "[stage13]") {
-  struct Lead {
-    explicit Lead(int group) { fa_cpu::options().lead_warpgroup = group; }
-    ~Lead() { fa_cpu::options().lead_warpgroup = -1; }
-  };
   for (int group : {0, 1, 2}) {
-    const Lead lead(group);
+    const fa::test::WarpgroupAhead ahead(group);
     for (int64_t d : kDims) {
       const bool causal = (group + d / 64) % 2 == 1;  // each head dim with and without the mask
       INFO("warpgroup " << group << " ahead, d = " << d << (causal ? ", causal" : ""));
@@ -398,7 +394,7 @@ TEST_CASE("stage 13: a consumer ahead of the other (the CPU backend's skewed sch
     }
   }
   for (int group : {1, 2}) {
-    const Lead lead(group);
+    const fa::test::WarpgroupAhead ahead(group);
     for (int64_t d : kDims) {
       INFO("warpgroup " << group << " ahead, d = " << d << ", no barrier before dQ");
       const fa::AttentionProblem p = problem(1, 1, 200, 130, d, false, fa::DType::F16);
