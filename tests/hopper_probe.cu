@@ -2,7 +2,8 @@
 // backend's emulation of them (fa_cpu/hopper.h) can be held against the hardware:
 // - mbarrier: which phase parities count as completed, before and after each arrival;
 // - TMA: one box copied by cp.async.bulk.tensor, completing on an mbarrier, in each swizzle
-//   mode, with parts of the box outside the tensor (zeros), read back from shared memory;
+//   mode, with parts of the box outside the tensor (zeros), read back from shared memory; of
+//   16-bit values, and a row of fp32 values as stage 13 copies lse and D;
 //   from 3-D maps, and from 4-D maps of [B][H][N][d] views whose heads are interleaved in
 //   each row, as stages 08 and 12 read a linear layer's q, k and v;
 // - bulk reduce-add (cp.reduce.async.bulk .add.f32): shared memory added into global memory,
@@ -37,6 +38,10 @@ std::vector<TmaCase> tma_cases() {
       {2, 32, 64, 40, 3, 2},    // 64-byte swizzle; columns 64-71 past it
       {3, 64, 56, 0, 12, 1},    // 128-byte swizzle; a tensor 56 wide: columns 56-63 past it
       {3, 64, 64, -8, 36, 2},   // 128-byte swizzle; columns before, rows after
+      // one row of 32 floats, no swizzle, as stage 13 copies a Q tile's lse and D: inside the
+      // tensor, and with its last 8 columns past it
+      {0, 32, 32, 0, 39, 1, 4, 1},
+      {0, 32, 32, 8, 7, 2, 4, 1},
   };
 }
 
@@ -282,15 +287,18 @@ HopperOutputs run_hopper_probes(const HopperInputs& in) {
   DeviceBuffer<uint16_t> tensor(in.tensor);
   for (const TmaCase& t : tma_cases()) {
     CUtensorMap map;
+    // The same bytes seen as [3][40][tensor_x] values of element_bytes each.
+    const auto e = static_cast<cuuint64_t>(t.element_bytes);
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(t.tensor_x), 40, 3};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(t.tensor_x) * 2, static_cast<cuuint64_t>(t.tensor_x) * 80};
-    const cuuint32_t box[3] = {static_cast<cuuint32_t>(t.box_x), 16, 1};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(t.tensor_x) * e, static_cast<cuuint64_t>(t.tensor_x) * 40 * e};
+    const cuuint32_t box[3] = {static_cast<cuuint32_t>(t.box_x), static_cast<cuuint32_t>(t.box_y), 1};
     const cuuint32_t step[3] = {1, 1, 1};
     const CUresult rc = hopper::tensor_map_encoder()(
-        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, tensor.data(), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        static_cast<CUtensorMapSwizzle>(t.swizzle), CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        &map, t.element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, tensor.data(),
+        dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, static_cast<CUtensorMapSwizzle>(t.swizzle),
+        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (rc != CUDA_SUCCESS) throw CudaError("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(rc) + ")");
-    const int bytes = t.box_x * 16 * 2;
+    const int bytes = t.bytes();
     DeviceBuffer<uint32_t> box_out(static_cast<size_t>(bytes / 4));
     tma_kernel<3><<<1, 32, 4096 + 64 + 1024>>>(map, make_int4(t.x, t.y, t.z, 0), bytes, box_out.data());
     FA_CHECK_LAUNCH("tma_kernel");

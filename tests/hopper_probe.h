@@ -7,10 +7,14 @@
 
 namespace fa::probe {
 
-/// One TMA copy: a box of 16 rows × `box_x` 16-bit values at (x, y, z) of a tensor
-/// [3][40][tensor_x] with swizzle `swizzle` (CUtensorMapSwizzle's numbering).
+/// One TMA copy: a box of `box_y` rows × `box_x` values of `element_bytes` bytes (16-bit
+/// values, or fp32 as stage 13 copies lse and D) at (x, y, z) of a tensor [3][40][tensor_x]
+/// with swizzle `swizzle` (CUtensorMapSwizzle's numbering).
 struct TmaCase {
   int swizzle, box_x, tensor_x, x, y, z;
+  int element_bytes = 2, box_y = 16;
+  /// The box's bytes.
+  int bytes() const { return box_x * box_y * element_bytes; }
 };
 
 /// One 4-D TMA copy, as stages 08 and 12 read [B][H][N][d] views: a box of 16 rows ×

@@ -56,10 +56,12 @@ int compare(std::ifstream& f, const fa::probe::HopperOutputs& out) {
                          "step");
   size_t at = 0;
   for (const TmaCase& t : tma_cases()) {
-    const size_t words = static_cast<size_t>(t.box_x * 16 * 2 / 4);
-    const std::string name = "TMA box " + std::to_string(t.box_x) + "x16 at (" + std::to_string(t.x) + "," +
+    const size_t words = static_cast<size_t>(t.bytes() / 4);
+    const std::string name = "TMA box " + std::to_string(t.box_x) + "x" + std::to_string(t.box_y) + " of " +
+                             std::to_string(8 * t.element_bytes) + "-bit values at (" + std::to_string(t.x) + "," +
                              std::to_string(t.y) + "," + std::to_string(t.z) + "), swizzle " + std::to_string(t.swizzle);
-    bad += compare_bits(name.c_str(), slice(out.tma, at, words), slice(gpu.tma, at, words), t.box_x / 2, "row");
+    bad += compare_bits(name.c_str(), slice(out.tma, at, words), slice(gpu.tma, at, words),
+                        t.box_x * t.element_bytes / 4, "row");
     at += words;
   }
   bad += gpu.tma.size() != at;

@@ -190,6 +190,28 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t
 #endif
 }
 
+/// Two floats from shared memory at `p` (`ld.shared.v2.f32`). A kernel that rounds its
+/// shared-memory pointer up as an integer leaves the compiler no way to know it is shared, and
+/// a plain load of it becomes a generic one, slower to issue and to return.
+__device__ __forceinline__ float2 ld_shared_f2(const void* p) {
+#ifdef FA_CPU_KERNEL
+  return *static_cast<const float2*>(p);
+#else
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(p)) : "memory");
+  return v;
+#endif
+}
+
+/// Stores two floats into shared memory at `p` (`st.shared.v2.f32`; why: ld_shared_f2()).
+__device__ __forceinline__ void st_shared_f2(void* p, float2 v) {
+#ifdef FA_CPU_KERNEL
+  *static_cast<float2*>(p) = v;
+#else
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(smem_addr(p)), "f"(v.x), "f"(v.y) : "memory");
+#endif
+}
+
 /// Asks for the 128-byte line of global memory that holds `p` to be brought into L1 (a hint,
 /// `prefetch.global.L1`: nothing waits for it, and nothing changes if it is dropped).
 __device__ __forceinline__ void prefetch_l1(const void* p) {

@@ -12,7 +12,7 @@
  *     warpgroup 0, the producer (one thread works):
  *         TMA: K_j, V_j → shared memory once (barrier kv_full)
  *         for each Q tile i that sees a key of tile j:   wait until buffer i % 2 is free,
- *             TMA: Q_i, dO_i → buffer i % 2 (barrier q_full)
+ *             TMA: Q_i, dO_i, and kernel 1's lse_i and D_i → buffer i % 2 (barrier q_full)
  *         d = 64 and deterministic, its second warp, the dQ warp, for each Q tile i: wait
  *             until both halves of dQ_i are in shared memory (named barrier dq_full) and,
  *             deterministic, until Q tile i's flag says it is K/V tile j's turn; add them into
@@ -21,8 +21,8 @@
  *     warpgroups 1 and 2, the consumers (keys 64w .. 64w + 63 of the tile):
  *         for each such Q tile i:
  *             wait q_full;  issue Sᵀ = K_w·Q_iᵀ, then dPᵀ = V_w·dO_iᵀ       (wgmma, both in shared memory)
- *             read lse_i (and, once Sᵀ is done, D_i) for this thread's queries while they run
- *             (Br = 128: each after its wait, from L1, prefetched there a tile before)
+ *             read lse_i (Br = 128: after the first wait) and D_i (after a wait) for this
+ *             thread's queries from shared memory
  *             wait for Sᵀ:  Pᵀ = 2^(scale·log2e·Sᵀ − lse·log2e)   (masked where the tile crosses
  *                           the diagonal or the end of the keys; dPᵀ is still being computed)
  *             wait for dPᵀ: dSᵀ = Pᵀ ∘ (dPᵀ − D)
@@ -143,13 +143,22 @@ struct Smem {
   /// dQ_i's columns in a consumer's part, a wgmma of M = 64 query rows: Q tiles of 64 rows,
   /// all the rows and half w of d; of 128 rows, rows 64w .. 64w + 63 and all of d.
   static constexpr int DQ_N = BR == 128 ? D : D / 2;
-  /// dQ of a tile in fp32, [BR][D] as in dQacc, for the bulk reduction (two buffers)
+  /// dQ of a tile in fp32, [BR][D] as in dQacc, for the bulk reduction (DQB buffers)
   static constexpr int DQ_BYTES = DQ == DqAdd::bulk ? BR * D * 4 : 0;
-  static constexpr int dq = ds + 2 * DS_BYTES;      ///< two dQ tiles (bulk only)
-  static constexpr int bars = dq + 2 * DQ_BYTES;    ///< kv_full, q_full[QB], q_empty[QB]
+  /// dQ tiles (bulk only): at d = 128 two, so that the consumers write one while the reduction
+  /// reads the other; at d = 64 one, to leave room for lse and D (a second was no faster: the
+  /// reduction has read the tile long before the next is stored, LOG.md).
+  static constexpr int DQB = D == 64 ? 1 : 2;
+  static constexpr int dq = ds + 2 * DS_BYTES;      ///< DQB dQ tiles (bulk only)
+  /// lse and D in shared memory (tuning.h), BR floats each, beside each Q buffer.
+  static constexpr bool STATS_SHARED = S::stats == Stats::shared;
+  static constexpr int STATS_BYTES = STATS_SHARED ? 2 * BR * 4 : 0;  ///< a Q buffer's lse, then D
+  static constexpr int stats = dq + DQB * DQ_BYTES;   ///< QB × (lse, D) (TMA: 128-byte aligned)
+  static constexpr int bars = stats + QB * STATS_BYTES;  ///< kv_full, q_full[QB], q_empty[QB]
   static constexpr int ticket = bars + 8 * (1 + 2 * QB);  ///< the block's ticket (deterministic only)
   static constexpr int role = ticket + 16;  ///< a cut block's part: first to finish or second
   static constexpr int bytes = role + 16 + 1024;  ///< + slack to align the base
+  static_assert(bytes <= 227 * 1024, "a block's shared memory on Hopper");
 };
 
 namespace {
@@ -203,6 +212,7 @@ template <typename T, int D, class S>
 __global__ void __launch_bounds__(THREADS, 1)
     backward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                     const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
+                    const __grid_constant__ CUtensorMap tlse, const __grid_constant__ CUtensorMap tdvec,
                     const float* lse2, const float* Dvec, float* dQacc, T* dK, T* dV, int* flags, int heads,
                     int seq_q, int seq_kv, int seq_q_pad, float scale, float scale_log2, bool causal,
                     int tail_heads, TailSplit split, float* partials, int* meet) {
@@ -211,6 +221,9 @@ __global__ void __launch_bounds__(THREADS, 1)
   static_assert(!(S::deterministic && L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::consumer),
                 "deterministic, the dQ warp issues the bulk reduction: it keeps the turns");
   extern __shared__ uint8_t smem_raw[];
+  // Rounded as an integer, the pointer no longer tells the compiler it is shared memory: the
+  // consumers' own loads and stores of it go through ld_shared_f2() and st_shared_f2(), not as
+  // generic accesses (LOG.md).
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + L::bars);
   uint64_t* q_full = kv_full + 1;    // [QB]
@@ -273,17 +286,22 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int i0 = tile_row(n);
         const int buf = n % QB;
         mbarrier_wait(&q_empty[buf], ((n / QB) & 1) ^ 1);  // the consumers are done with it (round 0: free)
-        mbarrier_arrive_expect_tx(&q_full[buf], 2 * L::Q_BYTES);
+        mbarrier_arrive_expect_tx(&q_full[buf], 2 * L::Q_BYTES + L::STATS_BYTES);
         for (int c = 0; c < D / 64; ++c) {
           tma_load_4d(smem + L::q + buf * L::Q_BYTES + c * Br * 128, &tq, &q_full[buf], 64 * c, i0, h, b);
           tma_load_4d(smem + L::d_o + buf * L::Q_BYTES + c * Br * 128, &tdo, &q_full[buf], 64 * c, i0, h, b);
+        }
+        if constexpr (L::STATS_SHARED) {  // lse_i and D_i, Br floats each (kernel 1 padded them to whole tiles)
+          uint8_t* stats = smem + L::stats + buf * L::STATS_BYTES;
+          tma_load_3d(stats, &tlse, &q_full[buf], i0, bh, 0);
+          tma_load_3d(stats + Br * 4, &tdvec, &q_full[buf], i0, bh, 0);
         }
       }
     } else if constexpr (L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::dq_warp) {
       if (threadIdx.x / 32 == 1) {  // ---- the dQ warp: each tile's dQ into dQacc, one bulk reduction ----
         const int lane = threadIdx.x % 32;
         for (int n = 0; n < q_tiles; ++n) {
-          const int i0 = tile_row(n), b = n % 2;
+          const int i0 = tile_row(n), b = n % L::DQB;
           const int q_valid = seq_q - i0 < Br ? seq_q - i0 : Br;  // rows of the tile inside the head
           named_barrier_sync(BAR_DQ_FULL + b, DQ_PARTIES);  // both consumers' halves are in buffer b
           if (lane == 0) {
@@ -299,7 +317,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             }
           }
           __syncwarp();
-          if (n + 2 < q_tiles) named_barrier_arrive(BAR_DQ_EMPTY + b, DQ_PARTIES);  // tile n + 2 may write it
+          if (n + L::DQB < q_tiles) named_barrier_arrive(BAR_DQ_EMPTY + b, DQ_PARTIES);  // tile n + DQB may write it
         }
         if (lane == 0) bulk_wait<0>();  // the reductions are done before the block ends
       }
@@ -359,28 +377,38 @@ __global__ void __launch_bounds__(THREADS, 1)
     uint8_t* dSs = smem + L::ds + n % 2 * L::DS_BYTES;
     issue_s_dp(n);
 
-    // Sᵀ and dPᵀ are in flight. This thread's queries' lse·log2e is read meanwhile, and D while
-    // Pᵀ is computed (kernel 1's workspace, padded to whole tiles: no bounds to check). Read
-    // after a wait, they cost a tile an L2 latency (LOG.md). With Q tiles of 128 rows their 64
-    // registers do not fit beside Sᵀ and dPᵀ (ptxas spills): lse is read after the first wait,
-    // D after the second, both from L1, where the tile before has prefetched them.
+    // Sᵀ and dPᵀ are in flight. This thread's queries' lse·log2e and D (kernel 1's workspace,
+    // padded to whole tiles: no bounds to check) are read where they are first needed: with Q
+    // tiles of 128 rows their 64 registers do not fit beside Sᵀ and dPᵀ (ptxas spills), so lse
+    // after the first wait and D after the second; with 64 rows lse now, D after the first wait.
+    // They come from shared memory, where the producer copied them with Q_i and dO_i: read from
+    // global memory, each read after a wait cost a tile a memory latency, 12% of the time at
+    // d = 64 (LOG.md; `--variant stats_global`, which reads them from L1, where the tile before
+    // has prefetched them).
     float2 lse_q[Br / 8], D_q[Br / 8];
-    const auto read = [&](float2(&v)[Br / 8], const float* h) {
+    const float* stats = reinterpret_cast<const float*>(smem + L::stats + buf * L::STATS_BYTES);
+    const auto read = [&](float2(&v)[Br / 8], int which) {  // which: 0 lse, 1 D
 #pragma unroll
-      for (int nq = 0; nq < Br / 8; ++nq) v[nq] = *reinterpret_cast<const float2*>(h + i0 + 8 * nq + 2 * t);
+      for (int nq = 0; nq < Br / 8; ++nq) {
+        const int at = 8 * nq + 2 * t;
+        if constexpr (L::STATS_SHARED) {
+          v[nq] = ld_shared_f2(stats + which * Br + at);
+        } else {
+          v[nq] = *reinterpret_cast<const float2*>((which ? D_h : lse_h) + i0 + at);
+        }
+      }
     };
-    if constexpr (Br == 128) {
+    if constexpr (Br == 128 && !L::STATS_SHARED) {
       if (n + 1 < q_tiles && lane < 8) prefetch_l1((lane < 4 ? lse_h : D_h) + tile_row(n + 1) + 32 * (lane % 4));
-    } else {
-      read(lse_q, lse_h);
     }
+    if constexpr (Br == 64) read(lse_q, 0);
 
     // Pᵀ, while dPᵀ is computed. Only a tile that crosses the diagonal or the end of the keys
     // is masked; queries past Nq need no mask: their lse is +inf (kernel 1's padding).
     wgmma_wait<1>();
     fence_registers(s);
-    if constexpr (Br == 128) read(lse_q, lse_h);
-    if constexpr (Br == 64) read(D_q, D_h);
+    if constexpr (Br == 128) read(lse_q, 0);
+    if constexpr (Br == 64) read(D_q, 1);
     const bool needs_mask = key_w + 64 > seq_kv || (causal && key_w + 63 > i0);
 #pragma unroll
     for (int nq = 0; nq < Br / 8; ++nq) {
@@ -396,7 +424,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // dSᵀ = Pᵀ ∘ (dPᵀ − D).
     wgmma_wait<0>();
     fence_registers(dp);
-    if constexpr (Br == 128) read(D_q, D_h);
+    if constexpr (Br == 128) read(D_q, 1);
 #pragma unroll
     for (int nq = 0; nq < Br / 8; ++nq) {
 #pragma unroll
@@ -502,37 +530,37 @@ __global__ void __launch_bounds__(THREADS, 1)
     // 128 bytes the 32 banks span), write four different 32-byte places of those 128 bytes, two
     // rows to each, not all eight to one (kernel 3 reads them back in order).
     const auto column = [&](int nc) { return S::dq_swizzle ? 8 * ((dq_col0 / 8 + nc) ^ g) : dq_col0 + 8 * nc; };
-    // With the bulk reduction: both parts into shared memory buffer n % 2, laid out as dQacc's
+    // With the bulk reduction: both parts into shared memory buffer n % DQB, laid out as dQacc's
     // rows are, and fenced (the copy engine reads it through the async proxy).
-    float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % 2 * L::DQ_BYTES);
+    float* dq_tile = reinterpret_cast<float*>(smem + L::dq + n % L::DQB * L::DQ_BYTES);
     const auto store_dq_tile = [&] {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float* row = dq_tile + (dq_row0 + 16 * warp + g + 8 * r) * D + 2 * t;
 #pragma unroll
         for (int nc = 0; nc < L::DQ_N / 8; ++nc) {
-          *reinterpret_cast<float2*>(row + column(nc)) = make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]);
+          st_shared_f2(row + column(nc), make_float2(dq[4 * nc + 2 * r], dq[4 * nc + 2 * r + 1]));
         }
       }
       fence_proxy_async();
     };
     if constexpr (L::DQ == DqAdd::bulk && L::ISSUER == DqIssuer::dq_warp) {
-      // For the dQ warp's reduction. Buffer n % 2: wait until the reduction of tile n − 2 has
-      // read it; then only arrive, so that the reduction (and, deterministic, its turn) is off
-      // this path.
-      if (n >= 2) named_barrier_sync(BAR_DQ_EMPTY + n % 2, DQ_PARTIES);
+      // For the dQ warp's reduction. Buffer n % DQB: wait until the reduction of tile n − DQB
+      // has read it; then only arrive, so that the reduction (and, deterministic, its turn) is
+      // off this path.
+      if (n >= L::DQB) named_barrier_sync(BAR_DQ_EMPTY + n % L::DQB, DQ_PARTIES);
       store_dq_tile();
-      named_barrier_arrive(BAR_DQ_FULL + n % 2, DQ_PARTIES);
+      named_barrier_arrive(BAR_DQ_FULL + n % L::DQB, DQ_PARTIES);
     } else if constexpr (L::DQ == DqAdd::bulk) {
-      // Then one thread adds the tile's rows with one bulk reduction. Buffer n % 2: its
-      // reduction two tiles ago has read it, since the adding thread waits for that before
-      // this tile's first barrier.
+      // Then one thread adds the tile's rows with one bulk reduction. Buffer n % DQB: the
+      // reduction DQB tiles ago has read it, since the adding thread waits for that before
+      // the next tile's first barrier.
       store_dq_tile();
       named_barrier_sync(2, CONSUMERS * WG);
       if (threadIdx.x == WG) {
         bulk_reduce_add(dq_rows + static_cast<int64_t>(i0) * D, dq_tile, static_cast<uint32_t>(q_valid * D * 4));
         bulk_commit();
-        bulk_wait_read<1>();  // the tile before's reduction has read its buffer
+        bulk_wait_read<L::DQB - 1>();  // the reduction that last read the next tile's buffer is done reading
       }
     } else {
       // Each thread adds its accumulators: fp32 atomics in L2, two neighbouring floats each.
@@ -637,6 +665,23 @@ namespace {
 
 using tc_backward::Workspace;
 
+/// The tensor map of kernel 1's lse2 or Dvec at `base`: [B·H][padded_seq_q(p)] floats, read in
+/// boxes of `rows` floats of one head (the padding holds whole Q tiles: no box leaves the head).
+CUtensorMap stats_map(const float* base, const AttentionProblem& p, int rows) {
+  const auto n = static_cast<cuuint64_t>(tc_backward::padded_seq_q(p)), bh = static_cast<cuuint64_t>(p.batch_heads());
+  const cuuint64_t dims[3] = {n, bh, 1};
+  const cuuint64_t strides[2] = {n * 4, n * bh * 4};  // bytes, multiples of 16 (n: whole tiles of 128 rows)
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint32_t step[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult rc = hopper::tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base),
+                                                  dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                  CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (rc != CUDA_SUCCESS) throw CudaError("stage 13: cuTensorMapEncodeTiled failed for lse or D (CUresult " + std::to_string(rc) + ")");
+  return map;
+}
+
 template <typename T, int D, class S>
 void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const Layout& layout) {
   if (p.seq_q > 2147483647 - tc_backward::PAD_ROWS || p.seq_kv > 2147483647 - Bc) {
@@ -653,6 +698,8 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   const CUtensorMap tdo = tensor_map_4d<T>(t.d_o, p, p.seq_q, layout.d_o, Smem<D, S>::BR, "stage 13");
 
   const Workspace ws = tc_backward::split_workspace(p, workspace);
+  const CUtensorMap tlse = stats_map(ws.lse2, p, Smem<D, S>::BR);
+  const CUtensorMap tdvec = stats_map(ws.Dvec, p, Smem<D, S>::BR);
   tc_backward::prepare(p, t, layout, ws, "stage 13");
   unsigned char* after = static_cast<unsigned char*>(workspace) + tc_backward::workspace_bytes(p);
   int* flags = reinterpret_cast<int*>(after);
@@ -672,7 +719,7 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
   float* partials = reinterpret_cast<float*>(meet + meet_ints(p));
   if (split.split > 0) FA_CUDA_CHECK(cudaMemsetAsync(meet, 0, 2 * split.split * sizeof(int), fa::stream()));
   backward_kernel<T, D, S><<<static_cast<unsigned>(split.whole + 2 * split.split), THREADS, smem, fa::stream()>>>(
-      tq, tk, tv, tdo, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
+      tq, tk, tv, tdo, tlse, tdvec, ws.lse2, ws.Dvec, ws.dQacc, static_cast<T*>(t.dk), static_cast<T*>(t.dv),
       S::deterministic ? flags : nullptr, static_cast<int>(p.heads), static_cast<int>(p.seq_q),
       static_cast<int>(p.seq_kv), static_cast<int>(tc_backward::padded_seq_q(p)), p.scale, p.scale * LOG2E, p.causal,
       tail_heads(p, sms, S::causal_tail_rounds), split, partials, meet);

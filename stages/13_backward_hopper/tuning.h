@@ -21,6 +21,7 @@
  *     stage13_backward_hopper --variant head_order     # causal: the blocks dealt head by head to the end
  *     stage13_backward_hopper --variant whole_blocks   # no block cut in two at the grid's end
  *     stage13_backward_hopper --variant tail3          # the last round cut as for 3 multiprocessors
+ *     stage13_backward_hopper --variant stats_global   # lse and D read from global memory, not shared
  */
 #pragma once
 
@@ -50,6 +51,12 @@ enum class DkOrder {
   with_dv,   ///< beside dV, before the barrier; the tile waits for all three products before dQ's store
   split,     ///< its first half of k-steps beside dV, the second after dQ (and dQ's store waits for dV and dQ)
   after_dq,  ///< after dQ, in a group of its own: dQ's store waits for dV and dQ, and dK runs under it
+};
+
+/// Where a consumer reads a Q tile's lse and D (kernel 1's workspace) from.
+enum class Stats {
+  global,  ///< each thread from global memory (Br = 128: from L1, where the tile before prefetched them)
+  shared,  ///< from shared memory, where the producer copied them by TMA beside Q_i and dO_i
 };
 
 /// The finished kernel. A variant derives from this struct and changes one choice.
@@ -96,6 +103,10 @@ struct Tuned {
   /// The multiprocessors tail_split() plans for: 0, the GPU's own (a test's variant sets 3, so
   /// that the CPU backend, which has one, cuts blocks).
   static constexpr int tail_multiprocessors = 0;
+  /// lse and D come with Q_i and dO_i, by TMA into shared memory: 12-13% less time at d = 64,
+  /// 11-12% causal, 4-7% at d = 128 than each thread reading them from global memory after
+  /// each wait, and at d = 64 within 1-4% of a copy that reads neither (LOG.md).
+  static constexpr Stats stats = Stats::shared;
 };
 
 /// The variant `Atomics` (see its summary).
@@ -119,9 +130,10 @@ struct Bulk : Tuned {
 /// The variant `Deterministic` (see its summary): the same kernel with dQ reproducible bit
 /// for bit, which attention_backward(..., deterministic = true) runs. Its dQ is added by the
 /// bulk reduction at both head dims, issued by the dQ warp, which waits for the turns where
-/// the consumers do not: 1.13-1.33× the finished kernel's time (1.10-1.31× before dQ's tile
-/// was swizzled, 1.07-1.20× before the Q tiles of 128 rows at d = 64), where the atomics'
-/// handover, a barrier on each side, took 1.37-1.48× at d = 64 (LOG.md).
+/// the consumers do not: 1.11-1.42× the finished kernel's time (1.13-1.33× before lse and D came
+/// by TMA, 1.10-1.31× before dQ's tile was swizzled, 1.07-1.20× before the Q tiles of 128 rows
+/// at d = 64), where the atomics' handover, a barrier on each side, took 1.37-1.48× at d = 64
+/// (LOG.md).
 struct Deterministic : Tuned {
   static constexpr const char* name = "deterministic";  ///< --variant deterministic
   /// For --help.
@@ -208,6 +220,15 @@ struct WholeBlocks : Tuned {
   static constexpr bool split_tail_d64 = false;   ///< the change
   static constexpr bool split_tail_d128 = false;  ///< the change
 };
+/// The variant `StatsGlobal` (see its summary).
+struct StatsGlobal : Tuned {
+  static constexpr const char* name = "stats_global";  ///< --variant stats_global
+  /// For --help.
+  static constexpr const char* summary =
+      "lse and D read by each thread from global memory after the products' waits (the step before)";
+  static constexpr Stats stats = Stats::global;  ///< the change
+};
+
 /// The variant `Tail3` (see its summary): for the tests, not a step of LOG.md.
 struct Tail3 : Tuned {
   static constexpr const char* name = "tail3";  ///< --variant tail3
@@ -219,7 +240,7 @@ struct Tail3 : Tuned {
 
 /// Every variant, in LOG.md's order, the finished kernel first.
 using Variants = std::tuple<Tuned, Atomics, Bulk, Deterministic, DeterministicAtomics, DqWarp, Q64, DkFirst, DkLast, DkSplit,
-                            DqPlain, HeadOrder, WholeBlocks, Tail3>;
+                            DqPlain, HeadOrder, WholeBlocks, StatsGlobal, Tail3>;
 
 /// The variants as the demo runs them (`--variant NAME`).
 std::vector<Variant<BackwardStageRun>> variants();
