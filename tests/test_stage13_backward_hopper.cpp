@@ -349,6 +349,10 @@ TEST_CASE("stage 13: bad input is refused with a message", "[stage13]") {
   odd.d_o.head = 12;
   REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward_strided(p, {}, nullptr, odd),
                       fa::test::HasSubstring("d_o's strides (1024, 12, 64 elements) must be whole multiples of 16"));
+  // A workspace off its 16-byte alignment (TMA reads lse and D from it), refused before any
+  // memory is touched.
+  REQUIRE_THROWS_WITH(fa::hopper_backward::attention_backward(p, {}, reinterpret_cast<void*>(uintptr_t{8})),
+                      fa::test::HasSubstring("the workspace must be 16-byte aligned"));
 }
 
 TEST_CASE("stage 13: the checks catch planted bugs", "[stage13][planted]") {

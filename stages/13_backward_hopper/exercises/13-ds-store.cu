@@ -685,6 +685,9 @@ void launch(const AttentionProblem& p, const Tensors& t, void* workspace, const 
     throw InputError("stage 13: sequences too long");
   }
   require_copyable(p, layout, "stage 13");
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
+    throw InputError("stage 13: the workspace must be 16-byte aligned (TMA copies lse and D from it)");
+  }
   const int64_t kv_blocks = block_count(p);
   if (kv_blocks > 0x7fffffff) {
     throw InputError("stage 13: the grid would exceed 2^31 - 1 blocks; use fewer heads or shorter sequences");
