@@ -225,7 +225,8 @@ struct StatsGlobal : Tuned {
   static constexpr const char* name = "stats_global";  ///< --variant stats_global
   /// For --help.
   static constexpr const char* summary =
-      "lse and D read by each thread from global memory after the products' waits (the step before)";
+      "lse and D read by each thread from global memory after the products' waits (the step before, "
+      "with this kernel's one dQ buffer at d = 64 and dQ's stores by st.shared)";
   static constexpr Stats stats = Stats::global;  ///< the change
 };
 
