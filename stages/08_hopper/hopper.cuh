@@ -212,6 +212,29 @@ __device__ __forceinline__ void st_shared_f2(void* p, float2 v) {
 #endif
 }
 
+/// 16 bytes from shared memory at `p`, 16-byte aligned (`ld.shared.v4.b32`; why: ld_shared_f2()).
+__device__ __forceinline__ uint4 ld_shared_u4(const void* p) {
+#ifdef FA_CPU_KERNEL
+  return *static_cast<const uint4*>(p);
+#else
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_addr(p))
+               : "memory");
+  return v;
+#endif
+}
+
+/// Stores 4 bytes into shared memory at `p` (`st.shared.b32`; why: ld_shared_f2()).
+__device__ __forceinline__ void st_shared_u32(void* p, uint32_t v) {
+#ifdef FA_CPU_KERNEL
+  *static_cast<uint32_t*>(p) = v;
+#else
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr(p)), "r"(v) : "memory");
+#endif
+}
+
 /// Asks for the 128-byte line of global memory that holds `p` to be brought into L1 (a hint,
 /// `prefetch.global.L1`: nothing waits for it, and nothing changes if it is dropped).
 __device__ __forceinline__ void prefetch_l1(const void* p) {

@@ -79,6 +79,13 @@ struct Shape {
   static constexpr int PB = D == 64 ? S::p_buffers_d64 : 1;
   /// Lazy rescaling: see softmax in the kernel. It pays at d = 128 (LOG.md).
   static constexpr bool LAZY = S::lazy == Lazy::always || (S::lazy == Lazy::at_d128 && D == 128);
+  /// O staged in shared memory at d = 64: each consumer warp writes its 16 rows of O / l there,
+  /// then copies them out 16 bytes a thread (LOG.md, "O staged by each warp"). At d = 128 the
+  /// K/V ring leaves no room.
+  static constexpr bool O_STAGED = D == 64;
+  /// Bytes from one row of a staged O to the next: 16 more than the row, so that the eight
+  /// rows a warp writes at once fall on different banks.
+  static constexpr int O_ROW = 2 * D + 16;
 };
 
 /// The lazy rescale's slack, in base-2 units: with lazy rescaling a row's max moves only
@@ -100,7 +107,9 @@ struct Smem {
   static constexpr int bars = v + STAGES * KV_BYTES;    ///< q_full[QB], q_empty[QB], k_full[S], v_full[S], empty[S]
   static constexpr int tile = bars + (2 * QB + 3 * STAGES) * 8;  ///< each Q buffer's tile: 4 ints (the producer's)
   static constexpr int entry = tile + 16 * QB;          ///< each ring slot's list entry (an int)
-  static constexpr int bytes = entry + 4 * STAGES + 1024;  ///< + slack to align the base
+  static constexpr int o = (entry + 4 * STAGES + 15) / 16 * 16;  ///< the staged O tile (O_STAGED), 16-aligned
+  static constexpr int O_BYTES = Shape<D, S>::O_STAGED ? Shape<D, S>::BR * Shape<D, S>::O_ROW : 0;
+  static constexpr int bytes = o + O_BYTES + 1024;      ///< + slack to align the base
 };
 
 /// Which Q tiles there are, and which block takes which: tile number t → (Q tile, batch·head).
@@ -444,26 +453,55 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       }
       it += n_tiles;
 
-      // O / l, once, and the log-sum-exp, written as stage 08 writes them (16 bytes a store at
-      // d = 128 where O is 16-byte aligned, else two neighbouring values a time). A row that saw
+      // O / l, once, and the log-sum-exp. At d = 128, as stage 08 writes them (16 bytes a store
+      // where O is 16-byte aligned, else two neighbouring values a time). A row that saw
       // no key has l = 0: O = 0 and lse = −inf. Each Q tile ends here, both consumers at once,
       // so the chain is kept short: the head's offset from the producer's batch and head (no
       // division), 1 / l and log2 l by the special function unit's approximations (1 ulp, and 2
       // ulp or 2^−22.6: far below the rounding of O to 16 bits, and of the lse's tolerance).
+      //
+      // At d = 64 (O_STAGED) with O on 16 bytes, the warp first writes its 16 rows to shared
+      // memory, four bytes a thread as the accumulator holds them, then reads them back and
+      // stores them 16 bytes a thread, eight threads to a row's 128 contiguous bytes: 4 global
+      // stores a thread where there would be 16 (LOG.md, "O staged by each warp"). Elsewhere
+      // (O not on 16 bytes) it writes two neighbouring values a time, as d = 128 can.
+      // The buffer is the warp's own 16 rows of one shared tile, used by every Q tile in turn:
+      // __syncwarp() before writing it (no lane still reads the last tile's rows) and after.
       const bool wide = tc::store_c_wide(S::wide_o_d128 && D == 128, O);
+      const bool staged = Sh::O_STAGED && reinterpret_cast<uintptr_t>(O) % 16 == 0;
       T* const o_head = O + batch * o_strides.batch + head * o_strides.head;
+      uint8_t* const o_stage = smem + L::o + (row0 - i0 - g) * Sh::O_ROW;  // the warp's 16 rows
+      if (staged) __syncwarp();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int row = row0 + 8 * r;
         const float inv = l[r] > 0.0f ? dev::fast_rcp(l[r]) : 0.0f;
-        T* o_row = o_head + static_cast<int64_t>(row) * o_strides.row;
-        tc::store_c_row<T, D>(o_row, o, r, inv, t, wide, row < seq_q);  // rows past Nq: not written
+        if (staged) {
+          uint8_t* const to = o_stage + (g + 8 * r) * Sh::O_ROW;
+#pragma unroll
+          for (int c = 0; c < D / 8; ++c)  // columns 8c + 2t and 8c + 2t + 1 of the row
+            st_shared_u32(to + 2 * (8 * c + 2 * t), tc::pack2<T>(o[4 * c + 2 * r] * inv, o[4 * c + 2 * r + 1] * inv));
+        } else {
+          T* o_row = o_head + static_cast<int64_t>(row) * o_strides.row;
+          tc::store_c_row<T, D>(o_row, o, r, inv, t, wide, row < seq_q);  // rows past Nq: not written
+        }
         if (row >= seq_q) continue;
         if (lse && t == 0) {
           lse[static_cast<int64_t>(batch * order.h + head) * seq_q + row] =
               l[r] > 0.0f ? (m[r] + dev::fast_log2(l[r])) * 0.6931471805599453f : -INFINITY;
+        }
+      }
+      if (staged) {
+        __syncwarp();
+        constexpr int PIECES = D / 8;  // 16-byte pieces of a row
+        const int c = lane % PIECES, first = row0 - g;
+        T* const o_rows = o_head + static_cast<int64_t>(first) * o_strides.row + 8 * c;
+#pragma unroll
+        for (int r = lane / PIECES; r < 16; r += 32 / PIECES) {
+          if (first + r < seq_q)  // rows past Nq: not written
+            *reinterpret_cast<uint4*>(o_rows + r * o_strides.row) = ld_shared_u4(o_stage + r * Sh::O_ROW + 16 * c);
         }
       }
     }
