@@ -508,6 +508,9 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         }
       }
       if (staged) {
+        // O is written once and never read by the kernel: its stores carry the streaming hint
+        // (__stcs, st.global.cs: evict first), which leaves L2 to K and V (LOG.md, "O's stores
+        // marked as streaming").
         __syncwarp();
         constexpr int PIECES = D / 8;  // 16-byte pieces of a row
         const int c = lane % PIECES, first = row0 - g;
@@ -515,7 +518,8 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
 #pragma unroll
         for (int r = lane / PIECES; r < 16; r += 32 / PIECES) {
           if (first + r < seq_q)  // rows past Nq: not written
-            *reinterpret_cast<uint4*>(o_rows + r * o_strides.row) = ld_shared_u4(o_stage + r * Sh::O_ROW + 16 * c);
+            __stcs(reinterpret_cast<uint4*>(o_rows + r * o_strides.row),
+                   ld_shared_u4(o_stage + r * Sh::O_ROW + 16 * c));
         }
       }
     }

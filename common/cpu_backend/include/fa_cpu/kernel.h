@@ -159,6 +159,7 @@ inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 template <typename T> inline T __ldcg(const T* p) { return *p; }
+template <typename T> inline void __stcs(T* p, T v) { *p = v; }  // a cache hint only: a plain store here
 inline void __threadfence() { ::fa_cpu::fence(); }
 inline void __threadfence_block() { ::fa_cpu::fence(); }
 
