@@ -109,7 +109,7 @@ struct Smem {
   static constexpr int tile = bars + (2 * QB + 3 * STAGES) * 8;  ///< each Q buffer's tile: 4 ints (the producer's)
   static constexpr int entry = tile + 16 * QB;          ///< each ring slot's list entry (an int)
   static constexpr int o = (entry + 4 * STAGES + 15) / 16 * 16;  ///< the staged O tile (O_STAGED), 16-aligned
-  static constexpr int O_BYTES = Shape<D, S>::O_STAGED ? Shape<D, S>::BR * Shape<D, S>::O_ROW : 0;
+  static constexpr int O_BYTES = Shape<D, S>::O_STAGED ? Shape<D, S>::BR * Shape<D, S>::O_ROW : 0;  ///< its bytes
   static constexpr int bytes = o + O_BYTES + 1024;      ///< + slack to align the base
 };
 
