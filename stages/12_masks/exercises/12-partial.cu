@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
       // The buffer is the warp's own 16 rows of one shared tile, used by every Q tile in turn:
       // __syncwarp() before writing it (no lane still reads the last tile's rows) and after.
       const bool wide = tc::store_c_wide(S::wide_o_d128 && D == 128, O);
-      const bool staged = Sh::O_STAGED && reinterpret_cast<uintptr_t>(O) % 16 == 0;
+      const bool staged = tc::store_c_wide(Sh::O_STAGED, O);  // 16-byte stores need O on 16 bytes
       T* const o_head = O + batch * o_strides.batch + head * o_strides.head;
       uint8_t* const o_stage = smem + L::o + (row0 - i0 - g) * Sh::O_ROW;  // the warp's 16 rows
       if (staged) __syncwarp();
