@@ -93,6 +93,22 @@ struct Shape {
 /// when a score passes it by more than this, so P ≤ 2^8, which fp16 and bf16 hold.
 constexpr float RESCALE_SLACK = 8.0f;
 
+/// How many of a thread's Bc/4 keys in a row lie before key x (x counted from the thread's
+/// first): key k is 8·(k/2) + k%2, so 2 for each whole 8 below x and up to 2 of the next 8.
+/// No branch: x is clamped to 0 .. Bc first.
+__host__ __device__ constexpr int keys_before(int x) {
+  static_assert(Bc / 4 <= 32, "a row's keys must fit one 32-bit mask");
+  const int y = x < 0 ? 0 : x > Bc ? Bc : x;
+  return 2 * (y / 8) + (y % 8 < 2 ? y % 8 : 2);
+}
+
+/// The thread's keys in a row from `first` to `end` − 1 (counted from its first key), as a
+/// mask of k: bits keys_before(first) .. keys_before(end) − 1 (none where end ≤ first).
+__host__ __device__ constexpr uint32_t kept_run(int first, int end) {
+  const auto below = [](int k) { return k >= 32 ? ~0u : (1u << k) - 1u; };  // bits 0 .. k − 1
+  return below(keys_before(end)) & ~below(keys_before(first));
+}
+
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
 /// 128-byte swizzle repeats every 1024 bytes and the tensor cores expect it aligned).
 /// A tile of R rows × D columns is stored as D/64 boxes of R rows × 128 bytes.
@@ -310,16 +326,23 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
     const auto softmax = [&](float(&alpha)[2]) {
       // exercise 12-partial: on a partial block (entry's low bit), hide each score of S whose key lies outside its row's range [keys_first[r], keys_last[r]] (S = −inf); a full block has none to hide
       //   stub: (void)keys_first, (void)keys_last;
-      const int j0 = (entry >> 1) * Bc;
       // One test a tile: a full block has no hidden score. On a partial one, a score is kept
       // if its key is in its row's range (which stops at Nkv − 1: the end is masked too).
+      // This thread's keys in a row are k = 0 .. Bc/4 − 1, key 8·(k/2) + k%2 past the tile's
+      // first + 2t: they rise with k, so the kept ones are a run of k, lo ≤ k < hi, found once
+      // a row. Each score then costs one bit test, where two comparisons of its key would
+      // take more instructions (LOG.md, "A partial block's run of kept keys").
       if (entry & 1) {
+        const int base = (entry >> 1) * Bc + 2 * t;  // the key of k = 0
 #pragma unroll
-        for (int n = 0; n < Bc / 8; ++n) {
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t kept = kept_run(keys_first[r] - base, keys_last[r] + 1 - base);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e / 2, col = j0 + 8 * n + 2 * t + e % 2;
-            if (col < keys_first[r] || col > keys_last[r]) s[4 * n + e] = -INFINITY;
+          for (int n = 0; n < Bc / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if (!(kept & (1u << (2 * n + e)))) s[4 * n + 2 * r + e] = -INFINITY;
+            }
           }
         }
       }

@@ -92,6 +92,22 @@ struct Shape {
 /// when a score passes it by more than this, so P ≤ 2^8, which fp16 and bf16 hold.
 constexpr float RESCALE_SLACK = 8.0f;
 
+/// How many of a thread's Bc/4 keys in a row lie before key x (x counted from the thread's
+/// first): key k is 8·(k/2) + k%2, so 2 for each whole 8 below x and up to 2 of the next 8.
+/// No branch: x is clamped to 0 .. Bc first.
+__host__ __device__ constexpr int keys_before(int x) {
+  static_assert(Bc / 4 <= 32, "a row's keys must fit one 32-bit mask");
+  const int y = x < 0 ? 0 : x > Bc ? Bc : x;
+  return 2 * (y / 8) + (y % 8 < 2 ? y % 8 : 2);
+}
+
+/// The thread's keys in a row from `first` to `end` − 1 (counted from its first key), as a
+/// mask of k: bits keys_before(first) .. keys_before(end) − 1 (none where end ≤ first).
+__host__ __device__ constexpr uint32_t kept_run(int first, int end) {
+  const auto below = [](int k) { return k >= 32 ? ~0u : (1u << k) - 1u; };  // bits 0 .. k − 1
+  return below(keys_before(end)) & ~below(keys_before(first));
+}
+
 /// Where everything lives in the block's shared memory (byte offsets, 1024-aligned: the
 /// 128-byte swizzle repeats every 1024 bytes and the tensor cores expect it aligned).
 /// A tile of R rows × D columns is stored as D/64 boxes of R rows × 128 bytes.
