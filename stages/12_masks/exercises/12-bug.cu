@@ -536,14 +536,20 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         // (__stcs, st.global.cs: evict first), which leaves L2 to K and V (LOG.md, "O's stores
         // marked as streaming").
         __syncwarp();
-        constexpr int PIECES = D / 8;  // 16-byte pieces of a row
-        const int c = lane % PIECES, first = row0 - g;
-        T* const o_rows = o_head + static_cast<int64_t>(first) * o_strides.row + 8 * c;
+        constexpr int PIECES = D / 8;      // 16-byte pieces of a row
+        constexpr int ROWS = 32 / PIECES;  // rows the warp's lanes cover at once
+        constexpr int PASSES = 16 / ROWS;  // pieces a lane copies: piece c of rows r0 + ROWS·k
+        const int c = lane % PIECES, r0 = lane / PIECES, first = row0 - g + r0;  // first: the lane's first row
+        // The lane's pieces are all read first, then stored, a row's step apart: one wait for
+        // shared memory, not one before each store (LOG.md, "The copy-out's loads first").
+        uint4 piece[PASSES];
 #pragma unroll
-        for (int r = lane / PIECES; r < 16; r += 32 / PIECES) {
-          if (first + r < seq_q)  // rows past Nq: not written
-            __stcs(reinterpret_cast<uint4*>(o_rows + r * o_strides.row),
-                   ld_shared_u4(o_stage + r * Sh::O_ROW + 16 * c));
+        for (int k = 0; k < PASSES; ++k) piece[k] = ld_shared_u4(o_stage + (r0 + ROWS * k) * Sh::O_ROW + 16 * c);
+        T* to = o_head + static_cast<int64_t>(first) * o_strides.row + 8 * c;
+        const int64_t step = static_cast<int64_t>(ROWS) * o_strides.row;
+#pragma unroll
+        for (int k = 0; k < PASSES; ++k, to += step) {
+          if (first + ROWS * k < seq_q) __stcs(reinterpret_cast<uint4*>(to), piece[k]);  // rows past Nq: not written
         }
       }
     }
