@@ -519,7 +519,8 @@ __global__ void __launch_bounds__(Shape<D, S>::THREADS, 1)
         constexpr int PASSES = 16 / ROWS;  // pieces a lane copies: piece c of rows r0 + ROWS·k
         const int c = lane % PIECES, r0 = lane / PIECES, first = row0 - g + r0;  // first: the lane's first row
         // The lane's pieces are all read first, then stored, a row's step apart: one wait for
-        // shared memory, not one before each store (LOG.md, "The copy-out's loads first").
+        // shared memory, not one before each store (LOG.md, "Measured: where O's stores cost,
+        // and the copy-out's loads first").
         uint4 piece[PASSES];
 #pragma unroll
         for (int k = 0; k < PASSES; ++k) piece[k] = ld_shared_u4(o_stage + (r0 + ROWS * k) * Sh::O_ROW + 16 * c);
